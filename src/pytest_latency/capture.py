@@ -1,0 +1,372 @@
+"""Capture: transport wrappers for `httpx2` and legacy `httpx`, sync and async.
+
+Owns the hot path. A wrapper stamps the request start, the response headers, and each body chunk
+as the consumer receives it (two clock reads and one append per chunk: the clock read taken when
+the consumer asks for the next chunk is what lets `metrics` tell a server-paced stream from a
+consumer-paced one). Nothing is parsed here; `metrics` does that after the call.
+
+The SDKs run on httpx2 (anthropic >= 1.0, openai >= 3.0) and their isinstance checks are strict,
+so the wrapper classes are built once per HTTP library from that library's own base classes.
+Neither library is imported until a wrapper for it is asked for.
+May import `wire` and `attribution`; never pytest, never the SDKs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_latency.attribution import Sink, route
+from pytest_latency.wire import WireRecord
+
+Clock = Callable[[], int]
+
+LIBRARIES = ("httpx2", "httpx")
+
+# Request extension set by a wrapper, so auto-capture underneath it does not record twice.
+_CAPTURED = "pytest_latency.captured"
+
+
+@dataclass(frozen=True, slots=True)
+class _Classes:
+    transport: type[Any]
+    async_transport: type[Any]
+    dual_transport: type[Any]  # for transports that are both (MockTransport, user test doubles)
+
+
+def _url_without_query(request: Any) -> str:
+    url = request.url
+    port = f":{url.port}" if url.port else ""
+    return f"{url.scheme}://{url.host}{port}{url.path}"
+
+
+def _request_body(request: Any) -> bytes:
+    try:
+        content = request.content
+    except Exception:  # a streaming request body that was not read: nothing to parse later
+        return b""
+    return bytes(content)
+
+
+def _attempt(request: Any) -> int:
+    try:
+        return int(request.headers.get("x-stainless-retry-count", "0"))
+    except ValueError:
+        return 0
+
+
+def _start_record(request: Any, clock: Clock) -> WireRecord:
+    return WireRecord(
+        method=request.method,
+        url=_url_without_query(request),
+        request_body=_request_body(request),
+        t_start_ns=clock(),
+        attempt=_attempt(request),
+    )
+
+
+def _note_headers(record: WireRecord, response: Any, clock: Clock) -> bool:
+    """Stamp the headers; return True when the body is already in memory (nothing to time)."""
+    record.t_headers_ns = clock()
+    record.status = response.status_code
+    record.content_type = response.headers.get("content-type", "")
+    record.content_encoding = response.headers.get("content-encoding", "")
+    # A Response built with content=/json= (mocks, caching layers) has read its body already:
+    # its stream is never iterated, so the wrapper would see nothing.
+    if hasattr(response, "_content"):
+        now = clock()
+        record.prefetched = True
+        record.reads.append((now, now, response.content))
+        record.t_eof_ns = now
+        return True
+    return False
+
+
+def _note_error(record: WireRecord, exc: BaseException, clock: Clock) -> None:
+    if record.error is None:
+        record.error = type(exc).__name__
+        record.error_message = str(exc)[:500]
+    if record.t_closed_ns is None:
+        record.t_closed_ns = clock()
+
+
+@functools.cache
+def _classes_for(library: str) -> _Classes:
+    mod = importlib.import_module(library)
+
+    class TimedStream(mod.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any, record: WireRecord, clock: Clock) -> None:
+            self._inner = inner
+            self._record = record
+            self._clock = clock
+
+        def __iter__(self) -> Iterator[bytes]:
+            record, clock = self._record, self._clock
+            reads = record.reads
+            chunks = iter(self._inner)
+            try:
+                while True:
+                    asked = clock()
+                    try:
+                        chunk = next(chunks)
+                    except StopIteration:
+                        break
+                    reads.append((asked, clock(), chunk))
+                    yield chunk
+            except GeneratorExit:  # the consumer stopped early: not a failure of the call
+                raise
+            except Exception as exc:
+                _note_error(record, exc, clock)
+                raise
+            record.t_eof_ns = clock()
+
+        def close(self) -> None:
+            if self._record.t_closed_ns is None:
+                self._record.t_closed_ns = self._clock()
+            self._inner.close()
+
+    class TimedAsyncStream(mod.AsyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any, record: WireRecord, clock: Clock) -> None:
+            self._inner = inner
+            self._record = record
+            self._clock = clock
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            record, clock = self._record, self._clock
+            reads = record.reads
+            chunks = self._inner.__aiter__()
+            try:
+                while True:
+                    asked = clock()
+                    try:
+                        chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    reads.append((asked, clock(), chunk))
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # CancelledError included: the call did not finish
+                _note_error(record, exc, clock)
+                raise
+            record.t_eof_ns = clock()
+
+        async def aclose(self) -> None:
+            if self._record.t_closed_ns is None:
+                self._record.t_closed_ns = self._clock()
+            await self._inner.aclose()
+
+    class LatencyTransport(mod.BaseTransport):  # type: ignore[misc,name-defined]
+        """Wraps any transport of this library; records every attempt through `sink`."""
+
+        def __init__(
+            self, inner: Any, sink: Sink = route, clock: Clock = time.perf_counter_ns
+        ) -> None:
+            self.inner = inner
+            self._sink = sink
+            self._clock = clock
+
+        def handle_request(self, request: Any) -> Any:
+            request.extensions[_CAPTURED] = True
+            record = _start_record(request, self._clock)
+            self._sink(record)
+            try:
+                response = self.inner.handle_request(request)
+            except Exception as exc:
+                _note_error(record, exc, self._clock)
+                raise
+            if not _note_headers(record, response, self._clock):
+                response.stream = TimedStream(response.stream, record, self._clock)
+            return response
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class AsyncLatencyTransport(mod.AsyncBaseTransport):  # type: ignore[misc,name-defined]
+        """Wraps any async transport of this library; records every attempt through `sink`."""
+
+        def __init__(
+            self, inner: Any, sink: Sink = route, clock: Clock = time.perf_counter_ns
+        ) -> None:
+            self.inner = inner
+            self._sink = sink
+            self._clock = clock
+
+        async def handle_async_request(self, request: Any) -> Any:
+            request.extensions[_CAPTURED] = True
+            record = _start_record(request, self._clock)
+            self._sink(record)
+            try:
+                response = await self.inner.handle_async_request(request)
+            except BaseException as exc:
+                _note_error(record, exc, self._clock)
+                raise
+            if not _note_headers(record, response, self._clock):
+                response.stream = TimedAsyncStream(response.stream, record, self._clock)
+            return response
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class DualLatencyTransport(LatencyTransport, AsyncLatencyTransport):
+        pass
+
+    classes = (TimedStream, TimedAsyncStream, LatencyTransport, AsyncLatencyTransport)
+    for cls in (*classes, DualLatencyTransport):
+        cls.__module__ = __name__
+        cls.__qualname__ = f"{cls.__name__}[{library}]"
+    return _Classes(LatencyTransport, AsyncLatencyTransport, DualLatencyTransport)
+
+
+def wrap_transport(inner: Any, *, sink: Sink = route, clock: Clock = time.perf_counter_ns) -> Any:
+    """Return `inner` wrapped so that every request through it is recorded.
+
+    Works for sync and async transports of httpx2 and httpx (told apart by their base classes);
+    an already wrapped transport is returned unchanged.
+    """
+    if is_wrapped(inner):
+        return inner
+    for library in _loaded_libraries(inner):
+        mod = importlib.import_module(library)
+        classes = _classes_for(library)
+        is_async = isinstance(inner, mod.AsyncBaseTransport)
+        if is_async and isinstance(inner, mod.BaseTransport):
+            return classes.dual_transport(inner, sink, clock)
+        if is_async:
+            return classes.async_transport(inner, sink, clock)
+        if isinstance(inner, mod.BaseTransport):
+            return classes.transport(inner, sink, clock)
+    raise TypeError(f"cannot capture {type(inner).__qualname__}: not an httpx2 or httpx transport")
+
+
+def is_wrapped(transport: Any) -> bool:
+    return any(
+        isinstance(transport, (c.transport, c.async_transport))
+        for c in (_classes_for(lib) for lib in _loaded_libraries(transport))
+    )
+
+
+def _loaded_libraries(obj: Any) -> list[str]:
+    """The HTTP libraries `obj` is a transport of, among those already imported by someone.
+
+    Told by isinstance against each library's base classes: class names and `__module__` are not
+    reliable (openai re-exports httpx2's transport classes under its own module name).
+    """
+    import sys
+
+    found = []
+    for library in LIBRARIES:
+        mod = sys.modules.get(library)
+        if mod is not None and isinstance(obj, (mod.BaseTransport, mod.AsyncBaseTransport)):
+            found.append(library)
+    return found
+
+
+def instrument_http_client(
+    http_client: Any, *, sink: Sink = route, clock: Clock = time.perf_counter_ns
+) -> Any:
+    """Wrap an httpx2/httpx `Client` or `AsyncClient` in place: its transport and every mount.
+
+    Wrapping after construction keeps what the client built for itself (the SDKs' TCP keepalive
+    socket options, proxies from the environment); passing `transport=` would drop them.
+    """
+    http_client._transport = wrap_transport(http_client._transport, sink=sink, clock=clock)
+    http_client._mounts = {
+        pattern: (None if t is None else wrap_transport(t, sink=sink, clock=clock))
+        for pattern, t in http_client._mounts.items()
+    }
+    return http_client
+
+
+def instrument(client: Any, *, sink: Sink = route, clock: Clock = time.perf_counter_ns) -> Any:
+    """Instrument an SDK client (anthropic, openai, any Stainless-built SDK) or an HTTP client.
+
+    Returns the same object, so `client = instrument(Anthropic())` reads naturally.
+    """
+    http_client = getattr(client, "_client", None)
+    if http_client is not None and hasattr(http_client, "_transport"):
+        instrument_http_client(http_client, sink=sink, clock=clock)
+        return client
+    if hasattr(client, "_transport") and hasattr(client, "_mounts"):
+        return instrument_http_client(client, sink=sink, clock=clock)
+    raise TypeError(
+        f"cannot instrument {type(client).__qualname__}: expected an anthropic/openai client "
+        "or an httpx2/httpx Client/AsyncClient"
+    )
+
+
+def install_auto_capture(
+    *, sink: Sink = route, clock: Clock = time.perf_counter_ns
+) -> Callable[[], None]:
+    """Capture every request through the default transports of httpx2 and httpx (those importable).
+
+    Patches `HTTPTransport.handle_request` and `AsyncHTTPTransport.handle_async_request` at class
+    level, so clients built anywhere (inside SDKs, by the test) are covered; custom transports
+    (aiohttp, mocks) are not, and explicit wrappers keep working without double records.
+    Returns the function that removes the patches.
+    """
+    undo: list[Callable[[], None]] = []
+    for library in LIBRARIES:
+        try:
+            mod = importlib.import_module(library)
+        except ImportError:
+            continue
+        classes = _classes_for(library)
+        undo.append(_patch(mod.HTTPTransport, "handle_request", classes.transport, sink, clock))
+        undo.append(
+            _patch(
+                mod.AsyncHTTPTransport,
+                "handle_async_request",
+                classes.async_transport,
+                sink,
+                clock,
+            )
+        )
+
+    def uninstall() -> None:
+        for step in reversed(undo):
+            step()
+
+    return uninstall
+
+
+class _Unpatched:
+    """Presents one transport's original method as a transport, for a wrapper to delegate to."""
+
+    def __init__(self, transport: Any, original: Callable[..., Any], name: str) -> None:
+        self._transport = transport
+        setattr(self, name, lambda request: original(transport, request))
+
+
+def _patch(
+    cls: type[Any], name: str, wrapper_cls: type[Any], sink: Sink, clock: Clock
+) -> Callable[[], None]:
+    original = cls.__dict__[name]
+
+    if name == "handle_request":
+
+        def patched(self: Any, request: Any) -> Any:
+            if request.extensions.get(_CAPTURED):
+                return original(self, request)
+            return wrapper_cls(_Unpatched(self, original, name), sink, clock).handle_request(
+                request
+            )
+
+    else:
+
+        async def patched(self: Any, request: Any) -> Any:  # type: ignore[misc]
+            if request.extensions.get(_CAPTURED):
+                return await original(self, request)
+            wrapper = wrapper_cls(_Unpatched(self, original, name), sink, clock)
+            return await wrapper.handle_async_request(request)
+
+    setattr(cls, name, patched)
+
+    def restore() -> None:
+        setattr(cls, name, original)
+
+    return restore

@@ -1,0 +1,206 @@
+"""HDR histograms of latencies: the aggregate form that crosses processes and lands in reports.
+
+Owns `LatencyHistogram`: the fixed unit (microseconds), range (0 µs .. 1 hour) and precision (3
+significant figures), clamping and counting of out-of-range values, percentiles, merging, and
+the standard HdrHistogram V2 compressed base64 encoding (`"HISTFAAA..."`), so any HDR
+implementation can read our histograms and xdist shards merge exactly. It is the only module
+that imports `hdrh` (HdrHistogram_py), and does so lazily, so importing this module stays cheap;
+it must not import pytest or any other part of the package.
+
+Memory note (research/sdk-findings.md §4): one histogram at this range and precision holds
+23,552 eight-byte counters, about 184 KiB. 500 tests × 4 metrics would be ~370 MB. So keep the raw
+per-call values per test (a test has at most a few hundred) and build histograms only per
+aggregate group (session, model, endpoint) at the end. Budgets are judged on the raw values
+(`pytest_latency.stats`), not on histograms.
+
+hdrh costs to design around: `record_value` is pure Python (~2 µs), a percentile query walks the
+counters (~1-2 ms), and `get_mean_value` ~90 ms, so the mean here comes from a running sum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+__all__ = ["HIGHEST_US", "LOWEST_US", "SIGNIFICANT_FIGURES", "LatencyHistogram"]
+
+# 0 is trackable too: two chunks read in one go give a real 0 µs inter-chunk gap. `LOWEST_US`
+# is hdrh's "lowest discernible value", the resolution at the bottom of the range.
+LOWEST_US: Final = 1
+HIGHEST_US: Final = 3_600_000_000  # one hour: no single LLM call or gap is longer
+SIGNIFICANT_FIGURES: Final = 3  # values within 0.1%; 2 would be 1% at a seventh of the memory
+
+
+def _new_hdr() -> Any:
+    from hdrh.histogram import HdrHistogram
+
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+
+
+class LatencyHistogram:
+    """A mergeable latency histogram in microseconds.
+
+    `record` never loses a value: anything below 0 or above one hour is clamped to the edge of
+    the range and counted in `below_range` / `above_range` (hdrh alone would silently drop it).
+    Percentiles follow HdrHistogram: the nearest-rank value, reported as the highest value
+    equivalent to it at 3 significant figures, so `percentile(p)` is never below the true
+    nearest-rank value and at most 0.1% above it.
+
+    `mean` is exact for values recorded here (a running sum). A decoded histogram has only
+    buckets, so its mean is reconstructed from bucket midpoints (within 0.05%); the out-of-range
+    counters do not travel in the V2 encoding and start at zero after `decode`.
+    """
+
+    __slots__ = ("_above", "_below", "_hdr", "_sum")
+
+    def __init__(self) -> None:
+        self._init(_new_hdr(), 0.0)
+
+    def _init(self, hdr: Any, total: float | None) -> None:
+        self._hdr = hdr
+        self._sum = total  # None: unknown (decoded), rebuilt from the buckets on demand
+        self._below = 0
+        self._above = 0
+
+    def record(self, value_us: float) -> None:
+        """Record one value in µs (rounded to an integer µs; clamped and counted if outside)."""
+        if math.isnan(value_us):
+            raise ValueError("cannot record NaN as a latency")
+        if value_us < 0:
+            self._below += 1
+            value = 0
+        elif value_us > HIGHEST_US:
+            self._above += 1
+            value = HIGHEST_US
+        else:
+            value = round(value_us)
+        if not self._hdr.record_value(value):  # pragma: no cover - guarded by the clamp above
+            raise RuntimeError(f"hdrh refused {value} µs inside its own range")
+        if self._sum is not None:
+            self._sum += value
+
+    def record_many(self, values_us: Iterable[float]) -> None:
+        for value in values_us:
+            self.record(value)
+
+    @property
+    def count(self) -> int:
+        return int(self._hdr.get_total_count())
+
+    @property
+    def below_range(self) -> int:
+        """Values under 0 µs recorded as 0 (a clock or attribution bug upstream)."""
+        return self._below
+
+    @property
+    def above_range(self) -> int:
+        """Values over one hour recorded as one hour."""
+        return self._above
+
+    def _require_values(self) -> None:
+        if not self.count:
+            raise ValueError("the histogram is empty: the metric is absent, not zero")
+
+    def percentile(self, p: float) -> float:
+        """The value at percentile `p` (0..100); raises ValueError when empty."""
+        if not 0 <= p <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {p!r}")
+        self._require_values()
+        return float(self._hdr.get_value_at_percentile(p))
+
+    def percentiles(self, ps: Sequence[float]) -> dict[float, float]:
+        """Several percentiles in one pass over the counters (one query costs ~1-2 ms)."""
+        for p in ps:
+            if not 0 <= p <= 100:
+                raise ValueError(f"percentile must be in [0, 100], got {p!r}")
+        self._require_values()
+        found = self._hdr.get_percentile_to_value_dict(list(ps))
+        return {p: float(found[p]) for p in ps}
+
+    @property
+    def min(self) -> float:
+        self._require_values()
+        return float(self._hdr.get_min_value())
+
+    @property
+    def max(self) -> float:
+        self._require_values()
+        return float(self._hdr.get_max_value())
+
+    @property
+    def mean(self) -> float:
+        self._require_values()
+        return self._total() / self.count
+
+    def _total(self) -> float:
+        if self._sum is None:
+            self._sum = self._bucket_sum()
+        return self._sum
+
+    def _bucket_sum(self) -> float:
+        # Walk the raw counters once; hdrh's iterator-based get_mean_value is ~50x slower.
+        hdr = self._hdr
+        total = 0
+        for index, count in enumerate(hdr.counts):
+            if count:
+                value = hdr.get_value_from_index(index)
+                low = hdr.get_lowest_equivalent_value(value)
+                width = hdr.get_highest_equivalent_value(value) - low + 1
+                total += count * (low + width // 2)  # the bucket's midpoint, as hdrh's mean
+        return float(total)
+
+    def merge(self, other: LatencyHistogram) -> None:
+        """Add every value of `other` into this histogram (exact: same bucket layout)."""
+        total = self._total() + other._total()
+        self._hdr.add(other._hdr)
+        self._sum = total
+        self._below += other._below
+        self._above += other._above
+
+    def encode(self) -> str:
+        """The standard HdrHistogram V2 compressed, base64 encoding (`"HISTFAAA..."`)."""
+        blob: bytes = self._hdr.encode()
+        return blob.decode("ascii")
+
+    @classmethod
+    def decode(cls, blob: str) -> LatencyHistogram:
+        """Read a V2 blob written by `encode` or by any other HdrHistogram implementation.
+
+        A blob with another range or precision is re-recorded into ours; values it holds above
+        one hour are clamped and counted like `record` does. Raises ValueError on a bad blob.
+        """
+        from hdrh.histogram import HdrHistogram
+
+        if not isinstance(blob, str):
+            raise TypeError(f"expected a str blob, got {type(blob).__name__}")
+        try:
+            decoded = HdrHistogram.decode(blob.encode("ascii"))
+        except Exception as exc:
+            # hdrh raises TypeError, zlib.error, binascii.Error or its own cookie/length errors.
+            raise ValueError(f"not an HdrHistogram V2 blob: {exc}") from exc
+        hist = cls.__new__(cls)
+        if (
+            decoded.lowest_trackable_value == LOWEST_US
+            and decoded.highest_trackable_value == HIGHEST_US
+            and decoded.significant_figures == SIGNIFICANT_FIGURES
+            and decoded.word_size == 8
+        ):
+            hist._init(decoded, None)
+            return hist
+        hist._init(_new_hdr(), None)
+        ours = hist._hdr
+        # A foreign layout: re-record bucket by bucket (hdrh.add would do the same, but raises
+        # IndexError for values beyond our range instead of clamping them).
+        for index in range(decoded.counts_len):
+            count = decoded.get_count_at_index(index)
+            if count:
+                value = decoded.get_value_from_index(index)
+                if value > HIGHEST_US:
+                    hist._above += count
+                    value = HIGHEST_US
+                ours.record_value(value, count)
+        return hist
+
+    def __repr__(self) -> str:
+        return f"<LatencyHistogram count={self.count} range=0..{HIGHEST_US} us>"

@@ -1,0 +1,44 @@
+"""Wire timeline → per-call metrics: SSE parsing, protocol classification, usage normalisation.
+
+Owns `call_metrics(record) -> CallMetrics`, the only way the rest of the package turns a captured
+HTTP attempt into numbers, and the vocabulary it uses (API names, output channels). Its private
+modules: `_body` (content-encoding), `_sse` (event parsing with arrival stamps), `_protocols`
+(API detection and event classification), `_usage` (usage normalisation), `_call` (assembly).
+May import only the stdlib, `pytest_latency.wire` and `pytest_latency.catalogue`; never pytest,
+never httpx. Definitions: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from pytest_latency.metrics._call import CallMetrics, call_metrics
+from pytest_latency.metrics._protocols import (
+    ANTHROPIC_MESSAGES,
+    APIS,
+    AUDIO,
+    CHANNELS,
+    OPENAI_CHAT,
+    OPENAI_COMPLETIONS,
+    OPENAI_RESPONSES,
+    REASONING,
+    REFUSAL,
+    TEXT,
+    TOOL,
+    UNKNOWN,
+)
+
+__all__ = [
+    "ANTHROPIC_MESSAGES",
+    "APIS",
+    "AUDIO",
+    "CHANNELS",
+    "OPENAI_CHAT",
+    "OPENAI_COMPLETIONS",
+    "OPENAI_RESPONSES",
+    "REASONING",
+    "REFUSAL",
+    "TEXT",
+    "TOOL",
+    "UNKNOWN",
+    "CallMetrics",
+    "call_metrics",
+]

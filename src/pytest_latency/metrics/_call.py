@@ -1,0 +1,361 @@
+"""Per-call metrics: one `WireRecord` in, one `CallMetrics` out.
+
+Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds
+a call can end with, the incomplete/opaque/consumer-bound flags and the plain-data form that
+travels on test reports. Pure and deterministic; may import only the stdlib, `pytest_latency.wire`
+and its sibling private modules (never pytest, never httpx). See docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from pytest_latency.metrics._body import DecodedBody, decode_reads
+from pytest_latency.metrics._protocols import (
+    ANTHROPIC_MESSAGES,
+    REASONING,
+    UNKNOWN,
+    api_from_path,
+    api_from_payload,
+    classify_body,
+    classify_event,
+)
+from pytest_latency.metrics._sse import SseEvent, SseParser
+from pytest_latency.metrics._usage import UsageTracker
+from pytest_latency.wire import WireRecord
+
+# Consumer-bound detector (sdk-findings §3.5): a read that returned in under 0.3 ms after the
+# consumer had been away for over 1 ms found its data already buffered, so its stamp is when the
+# test asked, not when the server sent. A buffered read still costs 0.12–0.2 ms in httpcore+h11.
+CONSUMER_WAIT_NS = 300_000
+CONSUMER_AWAY_NS = 1_000_000
+# A call is consumer-bound when more than 10 % of its content chunks (and at least 2) are: one or
+# two flags are usually the tail events buffered behind the last token.
+CONSUMER_BOUND_FRACTION = 0.10
+CONSUMER_BOUND_MIN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class CallMetrics:
+    """The metrics of one HTTP attempt. Times are microseconds from the request being handed to
+    the transport; `None` means absent (not measurable for this call), never zero."""
+
+    api: str  # anthropic.messages | openai.chat | openai.responses | openai.completions | unknown
+    model: str | None
+    endpoint: str  # URL path
+    host: str  # host[:port], never user info
+    stream: bool  # the request asked for a stream, or the response was one
+    status: int | None
+    attempt: int  # x-stainless-retry-count: 0 first try, n for the n-th retry
+    ttfb: float | None
+    ttft: float | None
+    ttfo: float | None
+    e2e: float | None
+    tpot: float | None
+    itl: tuple[float, ...]
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    reasoning_tokens: int | None
+    cache_fields_reported: bool
+    content_events: int
+    content_chunks: int  # reads that completed at least one content event
+    channels: tuple[str, ...]  # in first-seen order
+    # http_<status> | sse_error:<type> | body_error:<type> | <exception name> | truncated
+    error: str | None
+    error_detail: str | None
+    incomplete: bool  # the body was not read to its end (test broke out early, or a failure)
+    opaque: bool  # content encoding we cannot decode: content metrics absent
+    consumer_bound: bool
+    consumer_bound_chunks: int
+    t_start_ns: int
+    t_end_ns: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def failed(self) -> bool:
+        """Counts towards error_rate. An early break by the test (`incomplete` alone) does not."""
+        return self.error is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (it travels on test reports, across pytest-xdist)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CallMetrics:
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in data:
+                if f.name == "notes":
+                    continue
+                raise KeyError(f"CallMetrics.from_dict: missing {f.name!r}")
+            value = data[f.name]
+            kwargs[f.name] = tuple(value) if isinstance(value, list) else value
+        return cls(**kwargs)
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What the body told us, whatever its format."""
+
+    api: str
+    streamed: bool = False
+    content: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)  # t, read, ch
+    usage: UsageTracker | None = None
+    error: str | None = None
+    error_message: str | None = None
+    terminal: bool = False
+    model: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def call_metrics(record: WireRecord) -> CallMetrics:
+    """Compute the metrics of one recorded attempt. Never raises on malformed input: what cannot
+    be read is absent and said so in `notes`."""
+    t0 = record.t_start_ns
+    endpoint, host = _split_url(record.url)
+    model, asked_stream = _request_fields(record.request_body)
+    body = decode_reads(record.reads, record.content_encoding)
+    scan = _Scan(api=api_from_path(endpoint))
+    if body.opaque is not None:
+        scan.note(f"opaque: {body.opaque}")
+    else:
+        kind = _body_kind(record.content_type, asked_stream, body)
+        if kind == "sse":
+            _scan_sse(scan, body)
+        elif kind == "json":
+            _scan_json(scan, body.data)
+    if record.prefetched:
+        scan.note("prefetched: body was in memory before the transport returned; no token timing")
+
+    def us(t_ns: int | None) -> float | None:
+        return None if t_ns is None else (t_ns - t0) / 1000
+
+    content = scan.content
+    timed = scan.streamed and not record.prefetched and scan.api != UNKNOWN
+    ttft = ttfo = e2e = tpot = None
+    itl: tuple[float, ...] = ()
+    usage = scan.usage.result() if scan.usage is not None else None
+    if timed and content:
+        ttft = us(content[0][0])
+        ttfo = next((us(t) for t, _, ch in content if any(c != REASONING for c in ch)), None)
+        e2e = us(content[-1][0])
+        itl = tuple((b[0] - a[0]) / 1000 for a, b in itertools.pairwise(content))
+        out = usage.output_tokens if usage is not None else None
+        if ttft is not None and e2e is not None and out is not None and out > 1:
+            tpot = (e2e - ttft) / (out - 1)
+    else:
+        # No token timing exists (non-streaming, opaque, unknown API, prefetched, or no content
+        # at all): e2e is the body being read to its end.
+        e2e = us(record.t_headers_ns if record.prefetched else record.t_eof_ns)
+
+    reads_with_content = sorted({read for _, read, _ in content})
+    flagged = 0 if record.prefetched else _consumer_bound_chunks(record, reads_with_content)
+
+    error, detail = _error(record, scan)
+    channels: list[str] = []
+    for _, _, chs in content:
+        channels.extend(c for c in chs if c not in channels)
+    return CallMetrics(
+        api=scan.api,
+        model=model if model is not None else scan.model,
+        endpoint=endpoint,
+        host=host,
+        stream=asked_stream or scan.streamed,
+        status=record.status,
+        attempt=record.attempt,
+        ttfb=us(record.t_headers_ns),
+        ttft=ttft,
+        ttfo=ttfo,
+        e2e=e2e,
+        tpot=tpot,
+        itl=itl,
+        input_tokens=usage.input_tokens if usage else None,
+        output_tokens=usage.output_tokens if usage else None,
+        cache_read_tokens=usage.cache_read_tokens if usage else None,
+        cache_write_tokens=usage.cache_write_tokens if usage else None,
+        reasoning_tokens=usage.reasoning_tokens if usage else None,
+        cache_fields_reported=usage.cache_fields_reported if usage else False,
+        content_events=len(content),
+        content_chunks=len(reads_with_content),
+        channels=tuple(channels),
+        error=error,
+        error_detail=detail,
+        incomplete=record.t_eof_ns is None,
+        opaque=body.opaque is not None,
+        consumer_bound=flagged >= CONSUMER_BOUND_MIN
+        and flagged > CONSUMER_BOUND_FRACTION * len(reads_with_content),
+        consumer_bound_chunks=flagged,
+        t_start_ns=t0,
+        t_end_ns=_t_end(record),
+        notes=tuple(scan.notes),
+    )
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:  # e.g. an unbalanced IPv6 bracket or a non-numeric port
+        return url, ""
+    return parts.path or "/", f"{host}:{port}" if port is not None else host
+
+
+def _request_fields(body: bytes) -> tuple[str | None, bool]:
+    payload = _json_object(body)
+    if payload is None:
+        return None, False
+    model = payload.get("model")
+    return (model if isinstance(model, str) else None), payload.get("stream") is True
+
+
+def _json_object(data: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _body_kind(content_type: str, asked_stream: bool, body: DecodedBody) -> str:
+    mime = content_type.split(";", 1)[0].strip().lower()
+    head = body.data[:64].lstrip()
+    # No SSE stream starts with "{": an error body sent with the stream's content type is JSON.
+    if mime.endswith("json") or head.startswith((b"{", b"[")):
+        return "json"
+    if mime == "text/event-stream":
+        return "sse"
+    # No or a generic content type (mocks, odd proxies): sniff the bytes.
+    if head.startswith((b"data:", b"event:", b":", b"id:")) or (asked_stream and head):
+        return "sse"
+    return "other"
+
+
+def _scan_sse(scan: _Scan, body: DecodedBody) -> None:
+    scan.streamed = True
+    parser = SseParser()
+    events: list[SseEvent] = []
+    last: tuple[int, int] | None = None
+    for read, arrived, piece in body.pieces:
+        if piece:
+            events.extend(parser.feed(piece, arrived, read))
+            last = (arrived, read)
+    if last is not None:
+        events.extend(parser.finish(*last))
+
+    parsed: list[tuple[SseEvent, dict[str, Any] | None]] = []
+    done = False
+    for event in events:
+        if event.data.strip() == "[DONE]":
+            done = True  # OpenAI's end marker; later events (if any) are still read
+            continue
+        parsed.append((event, _json_object(event.data)))
+    if scan.api == UNKNOWN:
+        for _, payload in parsed:
+            if payload is not None and (sniffed := api_from_payload(payload)) != UNKNOWN:
+                scan.api = sniffed
+                break
+    scan.terminal = done
+    scan.usage = UsageTracker(anthropic=scan.api == ANTHROPIC_MESSAGES)
+    non_json = 0
+    for event, payload in parsed:
+        if payload is None:
+            non_json += 1
+            if event.event == "error" and scan.error is None:
+                scan.error, scan.error_message = "error", event.data[:200] or None
+            continue
+        info = classify_event(scan.api, event.event, payload)
+        if info.channels:
+            scan.content.append((event.t_ns, event.read, info.channels))
+        if info.usage is not None:
+            scan.usage.update(info.usage)
+        if info.error is None and event.event == "error":
+            info_error: str | None = "error"
+        else:
+            info_error = info.error
+        if info_error is not None and scan.error is None:
+            scan.error, scan.error_message = info_error, info.error_message
+        scan.terminal = scan.terminal or info.terminal
+        if scan.model is None and info.model is not None:
+            scan.model = info.model
+        if info.note is not None:
+            scan.note(info.note)
+    if non_json:
+        scan.note(f"{non_json} event(s) with non-JSON data")
+
+
+def _scan_json(scan: _Scan, data: bytes) -> None:
+    payload = _json_object(data)
+    if payload is None:
+        scan.note("body is not a JSON object")
+        return
+    if scan.api == UNKNOWN:
+        scan.api = api_from_payload(payload)
+    info = classify_body(scan.api, payload)
+    scan.usage = UsageTracker(anthropic=scan.api == ANTHROPIC_MESSAGES)
+    scan.usage.update(info.usage)
+    scan.error, scan.error_message = info.error, info.error_message
+    scan.model = info.model
+    scan.terminal = True
+    if info.note is not None:
+        scan.note(info.note)
+
+
+def _error(record: WireRecord, scan: _Scan) -> tuple[str | None, str | None]:
+    """The first cause wins: the server's status, then its error event, then the transport."""
+    if record.status is not None and record.status >= 400:
+        return f"http_{record.status}", scan.error
+    if scan.error is not None:
+        prefix = "sse_error" if scan.streamed else "body_error"
+        return f"{prefix}:{scan.error}", scan.error_message
+    if record.error is not None:
+        return record.error, record.error_message
+    if (
+        scan.streamed
+        and scan.api != UNKNOWN
+        and record.t_eof_ns is not None
+        and not record.prefetched
+        and not scan.terminal
+    ):
+        # The server ended the body cleanly but never sent the stream's end marker: a cut stream.
+        return "truncated", "stream ended without its end marker"
+    return None, None
+
+
+def _consumer_bound_chunks(record: WireRecord, reads: list[int]) -> int:
+    flagged = 0
+    for index in reads:
+        asked, arrived, _ = record.reads[index]
+        previous = record.reads[index - 1][1] if index else record.t_headers_ns
+        if previous is None:
+            continue
+        if arrived - asked < CONSUMER_WAIT_NS and asked - previous > CONSUMER_AWAY_NS:
+            flagged += 1
+    return flagged
+
+
+def _t_end(record: WireRecord) -> int:
+    """The last moment the call was seen alive on the wire (for timelines). A close is used only
+    when nothing was read: an early break may leave the close until teardown or GC."""
+    if record.t_eof_ns is not None:
+        return record.t_eof_ns
+    if record.reads:
+        return record.reads[-1][1]
+    for t in (record.t_closed_ns, record.t_headers_ns):
+        if t is not None:
+            return t
+    return record.t_start_ns

@@ -1,0 +1,176 @@
+"""What the three wire formats share: the parsed request, usage, and the outgoing event list.
+
+Owns `SimRequest` (what a wire module extracts from a request body: prompt text, the cacheable
+prefix, output limits, which channels to produce), `Usage` (normalised token counts), `Out` (one
+payload the server writes at a due offset), `WireError` (a 4xx with the provider's error shape),
+and SSE framing. The wire modules (`_openai_chat`, `_openai_responses`, `_anthropic`) build on
+this; the server consumes it. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SEQ",
+    "TEXT",
+    "Out",
+    "SimRequest",
+    "SseTemplate",
+    "ToolSpec",
+    "Usage",
+    "WireError",
+    "dumps",
+    "int_field",
+    "part_text",
+    "require_mapping",
+    "sse",
+    "text_of",
+]
+
+
+class WireError(Exception):
+    """The request is malformed for its API; the server answers `status` with `body`."""
+
+    def __init__(self, status: int, message: str, body: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.body = body
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """The tool the simulated model calls: its name and JSON-schema of arguments."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """An API request reduced to what the simulator needs."""
+
+    api: str
+    model: str
+    stream: bool
+    prompt_text: str
+    # Characters of prompt_text that may be read from / written to the prefix cache.
+    cacheable_chars: int
+    max_tokens: int | None
+    # "none": no reasoning; "stream": streamed reasoning/thinking deltas; "hidden": decoded but
+    # not streamed (OpenAI reasoning models), visible only as usage and delay.
+    reasoning: str = "none"
+    reasoning_budget: int | None = None
+    tool: ToolSpec | None = None
+    include_usage: bool = False  # OpenAI Chat stream_options.include_usage
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Normalised usage: input_tokens includes cache reads and writes."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    """One write: payload bytes, truth kind, output tokens carried, due offset from receipt (ns).
+
+    `piece` is the index of the streamed delta this write carries (None for framing events), so
+    the server can place mid-stream faults by delta rather than by byte.
+    """
+
+    payload: bytes
+    kind: str
+    tokens: int
+    due_ns: int
+    piece: int | None = None
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One SSE event; `data` is JSON-encoded unless it is already a string."""
+    body = data if isinstance(data, str) else dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {body}\n\n".encode()
+
+
+# Stand-ins rendered once into an event's JSON and swapped per event: rendering a whole chunk
+# dict costs ~6 µs, swapping a string ~1 µs, and a long stream renders hundreds of deltas.
+TEXT = "\u241f"
+SEQ = "\u241e"
+_TEXT_BYTES = dumps(TEXT).encode()
+_SEQ_BYTES = dumps(SEQ).encode()
+
+
+class SseTemplate:
+    """An SSE event rendered once with `TEXT` (and optionally `SEQ`) where per-event values go."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, data: Any, event: str | None = None) -> None:
+        head, _, tail = sse(data, event).partition(_TEXT_BYTES)
+        self._parts = (head.split(_SEQ_BYTES), tail.split(_SEQ_BYTES))
+
+    def render(self, text: str, seq: int | None = None) -> bytes:
+        value = json.dumps(text, ensure_ascii=False).encode()
+        number = b"" if seq is None else str(seq).encode()
+        head, tail = self._parts
+        return number.join(head) + value + number.join(tail)
+
+
+def text_of(content: Any) -> str:
+    """Flatten message content (a string, or a list of typed parts) into prompt text.
+
+    Text parts contribute their text; any other part contributes its canonical JSON (minus
+    cache_control), so images, tool calls and results still weigh in the token count.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part_text(p) for p in content)
+    return dumps(content)
+
+
+def part_text(part: Any) -> str:
+    if isinstance(part, Mapping):
+        text = part.get("text")
+        if isinstance(text, str):
+            return text
+        return json.dumps(
+            {k: v for k, v in part.items() if k != "cache_control"},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+    return str(part)
+
+
+def require_mapping(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise WireError(400, "request body must be a JSON object")
+    return body
+
+
+def int_field(body: Mapping[str, Any], *names: str) -> int | None:
+    """The first present integer field of `names`; 400 if it is not a positive integer."""
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise WireError(400, f"{name} must be a positive integer, got {value!r}")
+        return value
+    return None

@@ -1,0 +1,888 @@
+"""Per-call metrics from hand-built wire records: every API, usage normalisation, encodings,
+errors and the consumer-bound detector. Synthetic stamps only: no network, no sleeps.
+
+The wire samples follow the real formats in research/sdk-findings.md §1.3, §2.2, §2.3.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from pytest_latency.metrics import CallMetrics, call_metrics
+from pytest_latency.wire import WireRecord
+
+MS = 1_000_000  # ns
+T0 = 10_000 * MS  # an arbitrary perf_counter origin: metrics must subtract it
+
+ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
+CHAT_URL = "https://api.openai.com/v1/chat/completions"
+RESPONSES_URL = "https://api.openai.com/v1/responses"
+COMPLETIONS_URL = "http://localhost:8000/v1/completions"
+
+
+def sse(payload: Any, event: str | None = None) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data}\n\n".encode()
+
+
+def request(model: str = "m-1", stream: bool = True) -> bytes:
+    return json.dumps({"model": model, "stream": stream, "messages": []}).encode()
+
+
+def make_record(
+    url: str,
+    chunks: Sequence[tuple[float, bytes]],
+    *,
+    headers_ms: float | None = 50.0,
+    status: int | None = 200,
+    content_type: str = "text/event-stream; charset=utf-8",
+    content_encoding: str = "",
+    eof: bool = True,
+    body: bytes | None = None,
+    waits_ms: list[float] | None = None,
+    **extra: Any,
+) -> WireRecord:
+    """`chunks` are (arrival ms after T0, bytes). By default the consumer is prompt: it asks
+    0.01 ms after the previous chunk arrived and waits for the rest (`waits_ms` overrides)."""
+    reads: list[tuple[int, int, bytes]] = []
+    previous = T0 + int((headers_ms or 0) * MS)
+    for i, (at_ms, data) in enumerate(chunks):
+        arrived = T0 + int(at_ms * MS)
+        asked = arrived - int(waits_ms[i] * MS) if waits_ms else min(previous + 10_000, arrived)
+        reads.append((asked, arrived, data))
+        previous = arrived
+    t_eof = (reads[-1][1] if reads else previous) + 100_000 if eof else None
+    return WireRecord(
+        method="POST",
+        url=url,
+        request_body=request() if body is None else body,
+        t_start_ns=T0,
+        t_headers_ns=None if headers_ms is None else T0 + int(headers_ms * MS),
+        status=status,
+        content_type=content_type,
+        content_encoding=content_encoding,
+        reads=reads,
+        t_eof_ns=t_eof,
+        t_closed_ns=t_eof,
+        **extra,
+    )
+
+
+def anthropic_usage(**fields: int | None) -> dict[str, int | None]:
+    usage: dict[str, int | None] = {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 2048,
+        "output_tokens": 1,
+    }
+    usage.update(fields)
+    return usage
+
+
+def anthropic_start(usage: dict[str, Any] | None = None) -> bytes:
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "usage": anthropic_usage() if usage is None else usage,
+    }
+    return sse({"type": "message_start", "message": message}, "message_start")
+
+
+def anthropic_block_start(index: int, block: dict[str, Any]) -> bytes:
+    payload = {"type": "content_block_start", "index": index, "content_block": block}
+    return sse(payload, "content_block_start")
+
+
+def anthropic_delta(index: int, delta: dict[str, Any]) -> bytes:
+    payload = {"type": "content_block_delta", "index": index, "delta": delta}
+    return sse(payload, "content_block_delta")
+
+
+def anthropic_text(text: str, index: int = 0) -> bytes:
+    return anthropic_delta(index, {"type": "text_delta", "text": text})
+
+
+def anthropic_end(usage: dict[str, Any] | None = None, index: int = 0) -> bytes:
+    stop = sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": 50} if usage is None else usage,
+    }
+    return stop + sse(delta, "message_delta") + sse({"type": "message_stop"}, "message_stop")
+
+
+PING = sse({"type": "ping"}, "ping")
+
+
+def anthropic_text_stream() -> list[tuple[float, bytes]]:
+    return [
+        (100, anthropic_start() + anthropic_block_start(0, {"type": "text", "text": ""}) + PING),
+        (200, anthropic_text("Hel")),
+        (220, anthropic_text("lo")),
+        (240, anthropic_text("!")),
+        (250, anthropic_end()),
+    ]
+
+
+def chat_chunk(delta: dict[str, Any] | None = None, **extra: Any) -> bytes:
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-x",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": None}],
+        "usage": None,
+    }
+    chunk.update(extra)
+    return sse(chunk)
+
+
+CHAT_USAGE = {
+    "prompt_tokens": 2060,
+    "completion_tokens": 50,
+    "total_tokens": 2110,
+    "prompt_tokens_details": {"cached_tokens": 2048},
+    "completion_tokens_details": {"reasoning_tokens": 0},
+}
+
+
+def chat_finish() -> bytes:
+    return chat_chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])
+
+
+def chat_usage(usage: dict[str, Any] | None = None) -> bytes:
+    return chat_chunk(choices=[], usage=CHAT_USAGE if usage is None else usage)
+
+
+DONE = sse("[DONE]")
+
+
+def chat_text_stream() -> list[tuple[float, bytes]]:
+    return [
+        (100, chat_chunk({"role": "assistant", "content": ""})),
+        (200, chat_chunk({"content": "tok0 "})),
+        (220, chat_chunk({"content": "tok1 "})),
+        (240, chat_chunk({"content": "tok2"})),
+        (245, chat_finish()),
+        (300, chat_usage() + DONE),
+    ]
+
+
+def responses_event(kind: str, **fields: Any) -> bytes:
+    return sse({"type": kind, "sequence_number": 0, **fields}, kind)
+
+
+RESPONSES_USAGE = {
+    "input_tokens": 2060,
+    "input_tokens_details": {"cached_tokens": 2048, "cache_write_tokens": 0},
+    "output_tokens": 50,
+    "output_tokens_details": {"reasoning_tokens": 10},
+    "total_tokens": 2110,
+}
+
+
+def responses_final(kind: str = "response.completed", **response: Any) -> bytes:
+    body: dict[str, Any] = {"id": "resp_1", "object": "response", "model": "gpt-x"}
+    body["status"] = "completed"
+    body["usage"] = RESPONSES_USAGE
+    body.update(response)
+    return responses_event(kind, response=body)
+
+
+def responses_stream() -> list[tuple[float, bytes]]:
+    created = {"id": "resp_1", "object": "response", "model": "gpt-x", "status": "in_progress"}
+    return [
+        (
+            100,
+            responses_event("response.created", response=created)
+            + responses_event("response.in_progress", response=created)
+            + responses_event("response.output_item.added", output_index=0, item={}),
+        ),
+        (150, responses_event("response.reasoning_summary_text.delta", delta="Thinking")),
+        (170, responses_event("response.reasoning_summary_text.delta", delta="")),
+        (200, responses_event("response.output_text.delta", delta="Hello")),
+        (220, responses_event("response.output_text.delta", delta=" world")),
+        (240, responses_event("response.function_call_arguments.delta", delta='{"a":')),
+        (
+            260,
+            responses_event("response.output_text.done", text="Hello world") + responses_final(),
+        ),
+    ]
+
+
+def metrics_of(url: str, chunks: Sequence[tuple[float, bytes]], **kw: Any) -> CallMetrics:
+    return call_metrics(make_record(url, chunks, **kw))
+
+
+# --- Anthropic Messages ---------------------------------------------------------------------
+
+
+def test_anthropic_text_stream() -> None:
+    m = metrics_of(ANTHROPIC_URL, anthropic_text_stream())
+    assert m.api == "anthropic.messages"
+    assert (m.model, m.endpoint, m.host, m.stream, m.status) == (
+        "m-1",
+        "/v1/messages",
+        "api.anthropic.com",
+        True,
+        200,
+    )
+    assert m.ttfb == 50_000.0
+    assert m.ttft == 200_000.0  # not the message_start/ping chunk at 100 ms
+    assert m.ttfo == 200_000.0
+    assert m.e2e == 240_000.0  # the last text delta, not message_stop at 250 ms
+    assert m.itl == (20_000.0, 20_000.0)
+    assert m.output_tokens == 50  # message_delta's cumulative count beats message_start's 1
+    assert m.tpot == pytest.approx(40_000.0 / 49)
+    assert m.content_events == 3
+    assert m.channels == ("text",)
+    assert (m.error, m.incomplete, m.opaque, m.consumer_bound) == (None, False, False, False)
+    assert m.t_start_ns == T0
+    assert m.t_end_ns == T0 + 250 * MS + 100_000
+
+
+def test_anthropic_cache_usage_is_normalised_to_total_input() -> None:
+    m = metrics_of(ANTHROPIC_URL, anthropic_text_stream())
+    assert m.input_tokens == 2060  # 12 uncached + 2048 read + 0 written
+    assert m.cache_read_tokens == 2048
+    assert m.cache_write_tokens == 0
+    assert m.cache_fields_reported is True
+
+
+def test_anthropic_thinking_first_then_text() -> None:
+    chunks = [
+        (100, anthropic_start() + anthropic_block_start(0, {"type": "thinking", "thinking": ""})),
+        (150, anthropic_delta(0, {"type": "thinking_delta", "thinking": "Let me"})),
+        (170, anthropic_delta(0, {"type": "thinking_delta", "thinking": " think"})),
+        (180, anthropic_delta(0, {"type": "signature_delta", "signature": "EqQBCgIYAh"})),
+        (300, anthropic_block_start(1, {"type": "text", "text": ""}) + anthropic_text("Hi", 1)),
+        (320, anthropic_text(" there", 1)),
+        (
+            330,
+            anthropic_end({"output_tokens": 40, "output_tokens_details": {"thinking_tokens": 30}}),
+        ),
+    ]
+    m = metrics_of(ANTHROPIC_URL, chunks)
+    assert m.ttft == 150_000.0  # first thinking delta
+    assert m.ttfo == 300_000.0  # first text delta
+    assert m.e2e == 320_000.0
+    assert m.channels == ("reasoning", "text")
+    assert m.content_events == 4  # the signature_delta is not output
+    assert m.itl == (20_000.0, 130_000.0, 20_000.0)
+    assert m.reasoning_tokens == 30
+    assert m.tpot == pytest.approx((320_000.0 - 150_000.0) / 39)
+
+
+def test_anthropic_tool_use_input_json_counts_but_block_start_does_not() -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    chunks = [
+        (100, anthropic_start() + anthropic_block_start(0, block)),
+        (110, anthropic_delta(0, {"type": "input_json_delta", "partial_json": ""})),
+        (210, anthropic_delta(0, {"type": "input_json_delta", "partial_json": '{"city":'})),
+        (230, anthropic_delta(0, {"type": "input_json_delta", "partial_json": ' "Paris"}'})),
+        (240, anthropic_end()),
+    ]
+    m = metrics_of(ANTHROPIC_URL, chunks)
+    assert m.ttft == 210_000.0
+    assert m.ttfo == 210_000.0  # tool output is output, not reasoning
+    assert m.channels == ("tool",)
+    assert m.content_events == 2
+
+
+def test_anthropic_citations_delta_is_not_content() -> None:
+    citation = {"type": "char_location", "cited_text": "x", "document_index": 0}
+    chunks = [
+        (100, anthropic_start()),
+        (150, anthropic_delta(0, {"type": "citations_delta", "citation": citation})),
+        (200, anthropic_text("Per the doc")),
+        (210, anthropic_end()),
+    ]
+    m = metrics_of(ANTHROPIC_URL, chunks)
+    assert m.ttft == 200_000.0
+    assert m.content_events == 1
+
+
+def test_anthropic_unknown_delta_type_is_noted_not_counted() -> None:
+    chunks = [
+        (100, anthropic_start()),
+        (150, anthropic_delta(0, {"type": "hologram_delta", "hologram": "zz"})),
+        (200, anthropic_text("x")),
+        (210, anthropic_end()),
+    ]
+    m = metrics_of(ANTHROPIC_URL, chunks)
+    assert m.ttft == 200_000.0
+    assert "unknown delta type hologram_delta" in m.notes
+
+
+def test_anthropic_message_delta_repeats_input_and_cache_fields_latest_wins() -> None:
+    start = anthropic_start(
+        anthropic_usage(input_tokens=12, cache_read_input_tokens=0, cache_creation_input_tokens=0)
+    )
+    end = anthropic_end(
+        {
+            "input_tokens": None,  # null: not reported here, the earlier value stands
+            "cache_read_input_tokens": 2048,
+            "cache_creation_input_tokens": 100,
+            "output_tokens": 7,
+        }
+    )
+    m = metrics_of(ANTHROPIC_URL, [(100, start), (200, anthropic_text("a")), (210, end)])
+    assert m.input_tokens == 12 + 2048 + 100
+    assert m.cache_read_tokens == 2048
+    assert m.cache_write_tokens == 100
+    assert m.output_tokens == 7
+
+
+def test_anthropic_without_cache_fields_reports_them_absent() -> None:
+    usage = {"input_tokens": 30, "output_tokens": 1}
+    m = metrics_of(
+        ANTHROPIC_URL,
+        [(100, anthropic_start(usage)), (200, anthropic_text("a")), (210, anthropic_end())],
+    )
+    assert m.input_tokens == 30
+    assert m.cache_read_tokens is None
+    assert m.cache_write_tokens is None
+    assert m.cache_fields_reported is False
+
+
+def test_anthropic_error_event_mid_stream() -> None:
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    chunks = [(100, anthropic_start()), (200, anthropic_text("a")), (210, sse(error, "error"))]
+    m = metrics_of(ANTHROPIC_URL, chunks)
+    assert m.error == "sse_error:overloaded_error"
+    assert m.error_detail == "Overloaded"
+    assert m.failed
+    assert m.ttft == 200_000.0  # what arrived is still measured
+
+
+# --- OpenAI Chat Completions ----------------------------------------------------------------
+
+
+def test_chat_role_only_first_chunk_and_usage_chunk_are_not_content() -> None:
+    m = metrics_of(CHAT_URL, chat_text_stream())
+    assert m.api == "openai.chat"
+    assert m.ttft == 200_000.0  # not the role-only chunk at 100 ms
+    assert m.e2e == 240_000.0  # not the finish chunk (245) nor the usage chunk (300)
+    assert m.itl == (20_000.0, 20_000.0)
+    assert m.content_events == 3
+    assert m.output_tokens == 50
+    assert m.tpot == pytest.approx(40_000.0 / 49)
+    assert m.reasoning_tokens == 0
+    assert m.error is None
+
+
+def test_chat_cache_usage_equals_anthropic_for_same_prompt() -> None:
+    chat = metrics_of(CHAT_URL, chat_text_stream())
+    anthropic = metrics_of(ANTHROPIC_URL, anthropic_text_stream())
+    assert (chat.input_tokens, chat.cache_read_tokens) == (2060, 2048)
+    assert (chat.input_tokens, chat.cache_read_tokens) == (
+        anthropic.input_tokens,
+        anthropic.cache_read_tokens,
+    )
+    assert chat.cache_fields_reported is True
+    assert chat.cache_write_tokens is None  # OpenAI did not send cache_write_tokens
+
+
+def test_chat_cache_write_tokens_when_sent() -> None:
+    usage = dict(CHAT_USAGE, prompt_tokens_details={"cached_tokens": 0, "cache_write_tokens": 2048})
+    chunks = [(200, chat_chunk({"content": "x"})), (210, chat_finish() + chat_usage(usage) + DONE)]
+    m = metrics_of(CHAT_URL, chunks)
+    assert (m.cache_read_tokens, m.cache_write_tokens) == (0, 2048)
+    assert m.cache_fields_reported is True  # 0 reported is not absent
+
+
+def test_chat_without_usage_leaves_tokens_absent_not_zero() -> None:
+    chunks = [c for c in chat_text_stream() if b'"usage": {' not in c[1]]
+    chunks.append((300, DONE))
+    m = metrics_of(CHAT_URL, chunks)
+    assert m.content_events == 3
+    assert m.input_tokens is None
+    assert m.output_tokens is None
+    assert m.cache_read_tokens is None
+    assert m.cache_fields_reported is False
+    assert m.tpot is None  # never guessed from the chunk count
+
+
+def test_chat_usage_without_details_has_no_cache_fields() -> None:
+    usage = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
+    chunks = [(200, chat_chunk({"content": "x"})), (210, chat_finish() + chat_usage(usage) + DONE)]
+    m = metrics_of(CHAT_URL, chunks)
+    assert (m.input_tokens, m.output_tokens) == (20, 5)
+    assert m.cache_read_tokens is None
+    assert m.cache_fields_reported is False
+
+
+def test_chat_tool_calls_name_delta_counts_as_tool_content() -> None:
+    first = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": ""},
+    }
+    chunks = [
+        (100, chat_chunk({"role": "assistant", "content": None})),
+        (150, chat_chunk({"tool_calls": [first]})),
+        (160, chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]})),
+        (200, chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]})),
+        (220, chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]})),
+        (230, chat_chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        (240, chat_usage() + DONE),
+    ]
+    m = metrics_of(CHAT_URL, chunks)
+    assert m.ttft == 150_000.0
+    assert m.e2e == 220_000.0
+    assert m.content_events == 3  # the empty-arguments delta at 160 is not content
+    assert m.channels == ("tool",)
+
+
+def test_chat_reasoning_content_then_content() -> None:
+    chunks = [
+        (100, chat_chunk({"role": "assistant", "content": ""})),
+        (150, chat_chunk({"reasoning_content": "Hmm"})),
+        (170, chat_chunk({"reasoning": " ok"})),  # the other spelling compatible servers use
+        (300, chat_chunk({"content": "Answer"})),
+        (310, chat_finish() + chat_usage() + DONE),
+    ]
+    m = metrics_of(CHAT_URL, chunks)
+    assert (m.ttft, m.ttfo, m.e2e) == (150_000.0, 300_000.0, 300_000.0)
+    assert m.channels == ("reasoning", "text")
+
+
+def test_chat_refusal_and_multiple_choices() -> None:
+    two = [
+        {"index": 0, "delta": {"content": ""}, "finish_reason": None},
+        {"index": 1, "delta": {"refusal": "I can't"}, "finish_reason": None},
+    ]
+    chunks = [
+        (100, chat_chunk(choices=two)),
+        (
+            120,
+            chat_chunk(choices=[{"index": 0, "delta": {"content": "Sure"}, "finish_reason": None}]),
+        ),
+        (130, chat_finish() + chat_usage() + DONE),
+    ]
+    m = metrics_of(CHAT_URL, chunks)
+    assert m.ttft == 100_000.0
+    assert m.ttfo == 100_000.0  # a refusal is output too
+    assert m.channels == ("refusal", "text")
+
+
+def test_chat_error_chunk() -> None:
+    error = {"error": {"message": "boom", "type": "server_error", "code": None}}
+    chunks = [(200, chat_chunk({"content": "x"})), (210, sse(error))]
+    m = metrics_of(CHAT_URL, chunks)
+    assert m.error == "sse_error:server_error"
+    assert m.error_detail == "boom"
+
+
+def test_legacy_completions_stream() -> None:
+    def chunk(text: str, finish: str | None = None) -> bytes:
+        choice = {"index": 0, "text": text, "finish_reason": finish}
+        return sse({"object": "text_completion", "model": "m", "choices": [choice]})
+
+    usage = sse({"object": "text_completion", "choices": [], "usage": CHAT_USAGE})
+    chunks = [
+        (100, chunk("")),
+        (200, chunk("a")),
+        (230, chunk("b")),
+        (240, chunk("", "length") + usage + DONE),
+    ]
+    m = metrics_of(COMPLETIONS_URL, chunks)
+    assert m.api == "openai.completions"
+    assert (m.ttft, m.e2e, m.content_events) == (200_000.0, 230_000.0, 2)
+    assert m.host == "localhost:8000"
+    assert (m.input_tokens, m.cache_read_tokens) == (2060, 2048)
+
+
+# --- OpenAI Responses -----------------------------------------------------------------------
+
+
+def test_responses_reasoning_text_and_function_arguments() -> None:
+    m = metrics_of(RESPONSES_URL, responses_stream())
+    assert m.api == "openai.responses"
+    assert m.ttft == 150_000.0  # reasoning summary delta; the empty one at 170 is not content
+    assert m.ttfo == 200_000.0
+    assert m.e2e == 240_000.0
+    assert m.itl == (50_000.0, 20_000.0, 20_000.0)
+    assert m.channels == ("reasoning", "text", "tool")
+    assert (m.input_tokens, m.cache_read_tokens, m.cache_write_tokens) == (2060, 2048, 0)
+    assert (m.output_tokens, m.reasoning_tokens) == (50, 10)
+    assert m.cache_fields_reported is True
+    assert m.error is None
+
+
+def test_responses_failed_is_an_error() -> None:
+    chunks = [
+        *responses_stream()[:-1],
+        (
+            260,
+            responses_final(
+                "response.failed",
+                status="failed",
+                error={"code": "server_error", "message": "oops"},
+            ),
+        ),
+    ]
+    m = metrics_of(RESPONSES_URL, chunks)
+    assert m.error == "sse_error:server_error"
+    assert m.error_detail == "oops"
+    assert m.output_tokens == 50  # usage on response.failed still counts
+
+
+def test_responses_incomplete_is_noted_not_an_error() -> None:
+    final = responses_final(
+        "response.incomplete",
+        status="incomplete",
+        incomplete_details={"reason": "max_output_tokens"},
+    )
+    m = metrics_of(RESPONSES_URL, [*responses_stream()[:-1], (260, final)])
+    assert m.error is None
+    assert "response incomplete: max_output_tokens" in m.notes
+    assert m.output_tokens == 50
+
+
+def test_responses_error_event() -> None:
+    error = {"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": None}
+    m = metrics_of(RESPONSES_URL, [*responses_stream()[:2], (200, sse(error, "error"))])
+    assert m.error == "sse_error:rate_limit_exceeded"
+
+
+# --- Non-streaming JSON ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "expected"),
+    [
+        (
+            ANTHROPIC_URL,
+            {
+                "type": "message",
+                "model": "claude-x",
+                "content": [{"type": "text", "text": "hi"}],
+                "usage": anthropic_usage(output_tokens=9),
+            },
+            ("anthropic.messages", 2060, 9, 2048),
+        ),
+        (
+            CHAT_URL,
+            {
+                "object": "chat.completion",
+                "model": "gpt-x",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                "usage": CHAT_USAGE,
+            },
+            ("openai.chat", 2060, 50, 2048),
+        ),
+        (
+            RESPONSES_URL,
+            {
+                "object": "response",
+                "model": "gpt-x",
+                "status": "completed",
+                "output": [],
+                "usage": RESPONSES_USAGE,
+            },
+            ("openai.responses", 2060, 50, 2048),
+        ),
+    ],
+)
+def test_non_streaming_json(url: str, body: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    raw = json.dumps(body).encode()
+    record = make_record(
+        url,
+        [(300, raw[:10]), (310, raw[10:])],
+        content_type="application/json",
+        body=request(stream=False),
+    )
+    m = call_metrics(record)
+    assert (m.api, m.input_tokens, m.output_tokens, m.cache_read_tokens) == expected
+    assert m.stream is False
+    # A JSON body has no token timing: only ttfb and e2e (the body read to its end).
+    assert (m.ttft, m.ttfo, m.tpot, m.itl) == (None, None, None, ())
+    assert record.t_eof_ns is not None
+    assert m.e2e == (record.t_eof_ns - T0) / 1000
+    assert m.content_events == 0
+    assert m.error is None
+
+
+def test_unknown_api_gets_ttfb_and_e2e() -> None:
+    m = metrics_of(
+        "https://api.openai.com/v1/embeddings",
+        [(80, b'{"object": "list", "data": []}')],
+        content_type="application/json",
+        body=b'{"model": "text-embedding-3-small", "input": "x"}',
+    )
+    assert m.api == "unknown"
+    assert m.model == "text-embedding-3-small"
+    assert m.ttfb == 50_000.0
+    assert m.e2e == 80_100.0
+    assert m.ttft is None
+
+
+def test_api_is_sniffed_from_events_when_the_path_is_unknown() -> None:
+    m = metrics_of(
+        "https://proxy.internal/v1/projects/p/models/claude:streamRawPredict",
+        anthropic_text_stream(),
+    )
+    assert m.api == "anthropic.messages"
+    assert m.ttft == 200_000.0
+
+
+def test_non_json_request_body_and_odd_url_are_tolerated() -> None:
+    m = metrics_of("http://[::1", chat_text_stream(), body=b"\xff\x00not json")
+    assert m.model == "gpt-x"  # falls back to the model the server named
+    assert m.stream is True  # the response was a stream
+    assert m.host == ""
+
+
+def test_host_never_carries_user_info() -> None:
+    m = metrics_of("https://user:secret@llm.example:8443/v1/chat/completions", chat_text_stream())
+    assert m.host == "llm.example:8443"
+
+
+# --- Content encodings ----------------------------------------------------------------------
+
+
+def _body(chunks: list[tuple[float, bytes]]) -> bytes:
+    return b"".join(data for _, data in chunks)
+
+
+def test_gzip_stream_with_sync_flush_keeps_per_event_stamps() -> None:
+    plain = anthropic_text_stream()
+    compressor = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    gz = [(t, compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)) for t, data in plain]
+    gz[-1] = (gz[-1][0], gz[-1][1] + compressor.flush())
+    compressed = call_metrics(make_record(ANTHROPIC_URL, gz, content_encoding="gzip")).to_dict()
+    identity = call_metrics(make_record(ANTHROPIC_URL, plain)).to_dict()
+    assert compressed == identity
+    assert compressed["ttft"] == 200_000.0
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "deflate-raw", "gzip, identity"])
+def test_compressed_stream_split_at_odd_boundaries(encoding: str) -> None:
+    raw = _body(anthropic_text_stream())
+    if encoding == "deflate-raw":
+        compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        packed = compressor.compress(raw) + compressor.flush()
+        encoding = "deflate"
+    elif encoding == "deflate":
+        packed = zlib.compress(raw)
+    else:
+        packed = gzip.compress(raw)
+    cuts = [0, 1, 2, 3, 7, 50, 51, 200, len(packed)]
+    pieces = [(300.0, packed[a:b]) for a, b in itertools.pairwise(cuts)]
+    m = call_metrics(make_record(ANTHROPIC_URL, pieces, content_encoding=encoding))
+    expected = call_metrics(make_record(ANTHROPIC_URL, [(300.0, raw)]))
+    assert m.to_dict() == expected.to_dict()
+    assert m.content_events == 3
+
+
+def test_concatenated_gzip_members() -> None:
+    raw = _body(chat_text_stream())
+    packed = gzip.compress(raw[:100]) + gzip.compress(raw[100:])
+    m = call_metrics(make_record(CHAT_URL, [(300, packed)], content_encoding="gzip"))
+    assert m.content_events == 3
+    assert m.output_tokens == 50
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "gzip, br"])
+def test_undecodable_encoding_is_opaque_not_guessed(encoding: str) -> None:
+    m = call_metrics(
+        make_record(ANTHROPIC_URL, [(300, b"\x8b\x01\x02garbage")], content_encoding=encoding)
+    )
+    assert m.opaque is True
+    assert (m.ttft, m.ttfo, m.tpot, m.itl) == (None, None, None, ())
+    assert (m.input_tokens, m.output_tokens, m.cache_fields_reported) == (None, None, False)
+    assert m.e2e == 300_100.0  # not content-based: the body was read to its end
+    assert m.ttfb == 50_000.0
+    assert any("br" in note or "zstd" in note for note in m.notes)
+    assert m.error is None
+
+
+def test_corrupt_gzip_is_opaque() -> None:
+    m = call_metrics(
+        make_record(CHAT_URL, [(300, b"\x1f\x8b\x08garbage-not-deflate")], content_encoding="gzip")
+    )
+    assert m.opaque is True
+    assert m.content_events == 0
+
+
+# --- Errors and incomplete calls ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "body", "detail"),
+    [
+        (
+            CHAT_URL,
+            429,
+            {"error": {"message": "Rate limit", "type": "requests", "code": "rate_limit_exceeded"}},
+            "requests",
+        ),
+        (
+            ANTHROPIC_URL,
+            529,
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            "overloaded_error",
+        ),
+        (RESPONSES_URL, 500, {"detail": "upstream died"}, None),
+    ],
+)
+def test_http_errors(url: str, status: int, body: dict[str, Any], detail: str | None) -> None:
+    m = metrics_of(
+        url, [(60, json.dumps(body).encode())], status=status, content_type="application/json"
+    )
+    assert m.error == f"http_{status}"
+    assert m.error_detail == detail
+    assert m.failed
+    assert m.stream is True  # the request asked for a stream even though the error is JSON
+    assert m.ttft is None
+    assert m.e2e == 60_100.0
+
+
+def test_http_error_with_non_json_body() -> None:
+    m = metrics_of(
+        CHAT_URL, [(60, b"<html>502 Bad Gateway</html>")], status=502, content_type="text/html"
+    )
+    assert (m.error, m.error_detail) == ("http_502", None)
+
+
+def test_transport_error_mid_stream_keeps_what_arrived() -> None:
+    record = make_record(ANTHROPIC_URL, anthropic_text_stream()[:3], eof=False)
+    record.error, record.error_message = "RemoteProtocolError", "peer closed connection"
+    m = call_metrics(record)
+    assert m.error == "RemoteProtocolError"
+    assert m.error_detail == "peer closed connection"
+    assert m.incomplete is True
+    assert (m.ttft, m.e2e, m.content_events) == (200_000.0, 220_000.0, 2)
+    assert m.output_tokens == 1  # only message_start's count arrived
+    assert m.tpot is None
+    assert m.t_end_ns == T0 + 220 * MS
+
+
+def test_connect_error_has_no_timings() -> None:
+    record = make_record(CHAT_URL, [], headers_ms=None, status=None, eof=False)
+    record.error = "ConnectError"
+    m = call_metrics(record)
+    assert (m.error, m.status, m.ttfb, m.e2e) == ("ConnectError", None, None, None)
+    assert m.t_end_ns == T0
+
+
+def test_early_break_is_incomplete_but_not_an_error() -> None:
+    m = call_metrics(make_record(CHAT_URL, chat_text_stream()[:3], eof=False))
+    assert m.incomplete is True
+    assert m.error is None
+    assert not m.failed
+    assert (m.ttft, m.e2e) == (200_000.0, 220_000.0)
+
+
+def test_clean_eof_without_end_marker_is_truncated() -> None:
+    m = metrics_of(ANTHROPIC_URL, anthropic_text_stream()[:3])
+    assert m.error == "truncated"
+    assert m.incomplete is False
+
+
+def test_chat_finish_reason_without_done_is_not_truncated() -> None:
+    m = metrics_of(CHAT_URL, chat_text_stream()[:5])
+    assert m.error is None
+
+
+def test_final_event_without_blank_line_at_eof_counts() -> None:
+    chunks = chat_text_stream()
+    last_t, last = chunks[-1]
+    chunks[-1] = (last_t, last.rstrip(b"\n"))  # "data: [DONE]" with no line ending at all
+    m = metrics_of(CHAT_URL, chunks)
+    assert m.error is None  # [DONE] was seen
+    assert m.output_tokens == 50
+
+
+def test_prefetched_body_has_no_token_timing() -> None:
+    m = metrics_of(CHAT_URL, chat_text_stream(), prefetched=True)
+    assert (m.ttft, m.ttfo, m.tpot, m.itl) == (None, None, None, ())
+    assert m.e2e == m.ttfb  # the body was in memory when the transport returned
+    assert m.content_events == 3
+    assert m.output_tokens == 50
+    assert any(note.startswith("prefetched") for note in m.notes)
+
+
+# --- Consumer-bound detector ----------------------------------------------------------------
+
+
+def _paced_stream(n: int) -> list[tuple[float, bytes]]:
+    return [(100.0, chat_chunk({"role": "assistant", "content": ""}))] + [
+        (200 + 20 * i, chat_chunk({"content": f"t{i} "})) for i in range(n)
+    ]
+
+
+def test_prompt_consumer_is_not_consumer_bound() -> None:
+    chunks = _paced_stream(20)
+    m = metrics_of(CHAT_URL, chunks, eof=False)
+    assert m.content_chunks == 20
+    assert m.consumer_bound_chunks == 0
+    assert m.consumer_bound is False
+
+
+def test_slow_consumer_is_flagged() -> None:
+    # The test body spends 50 ms per token while the server sends every 20 ms: each read after the
+    # first finds its data already buffered and returns in 0.1 ms.
+    chunks = [
+        (100.0, chat_chunk({"role": "assistant", "content": ""})),
+        (200.0, chat_chunk({"content": "t0"})),
+    ]
+    waits = [50.0, 100.0]
+    for i in range(1, 20):
+        chunks.append((chunks[-1][0] + 50.1, chat_chunk({"content": f"t{i}"})))
+        waits.append(0.1)
+    m = metrics_of(CHAT_URL, chunks, waits_ms=waits, eof=False)
+    assert m.consumer_bound_chunks == 19
+    assert m.consumer_bound is True
+
+
+def test_a_single_buffered_chunk_does_not_flag_the_call() -> None:
+    chunks = _paced_stream(20)
+    waits = [19.99] * len(chunks)
+    waits[5] = 0.1  # one chunk found buffered after a 19.9 ms absence
+    m = metrics_of(CHAT_URL, chunks, waits_ms=waits, eof=False)
+    assert m.consumer_bound_chunks == 1
+    assert m.consumer_bound is False
+
+
+# --- Plain data -----------------------------------------------------------------------------
+
+
+def test_to_dict_round_trips_through_json() -> None:
+    m = metrics_of(RESPONSES_URL, responses_stream())
+    data = json.loads(json.dumps(m.to_dict()))
+    assert CallMetrics.from_dict(data) == m
+    assert isinstance(data["itl"], list)
+
+
+def test_from_dict_rejects_missing_fields() -> None:
+    data = metrics_of(CHAT_URL, chat_text_stream()).to_dict()
+    del data["ttft"]
+    with pytest.raises(KeyError, match="ttft"):
+        CallMetrics.from_dict(data)
+
+
+def test_error_body_sent_with_the_stream_content_type_is_read_as_json() -> None:
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}
+    m = metrics_of(ANTHROPIC_URL, [(60, json.dumps(body).encode())], status=429)
+    assert (m.error, m.error_detail) == ("http_429", "rate_limit_error")
+
+
+def test_2xx_json_error_body_is_a_body_error() -> None:
+    body = {"object": "error", "type": "BadRequestError", "message": "bad", "code": 400}
+    m = metrics_of(CHAT_URL, [(60, json.dumps(body).encode())], content_type="application/json")
+    assert (m.error, m.error_detail) == ("body_error:BadRequestError", "bad")

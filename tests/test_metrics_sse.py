@@ -1,0 +1,273 @@
+"""The SSE parser on its own, and the properties the whole metrics pipeline must keep: any
+chunking of the same bytes gives the same events and metrics, and no bytes make it raise."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import zlib
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_metrics import (
+    ANTHROPIC_URL,
+    CHAT_URL,
+    COMPLETIONS_URL,
+    MS,
+    RESPONSES_URL,
+    T0,
+    anthropic_text_stream,
+    chat_text_stream,
+    make_record,
+    responses_stream,
+    sse,
+)
+
+from pytest_latency.metrics import CallMetrics, call_metrics
+from pytest_latency.metrics._sse import SseEvent, SseParser, parse_sse
+
+
+def events(chunks: list[tuple[int, bytes]]) -> list[tuple[str, str, int]]:
+    return [(e.event, e.data, e.t_ns) for e in parse_sse(chunks)]
+
+
+def test_event_is_stamped_with_the_chunk_that_completed_it() -> None:
+    stream = b"event: a\ndata: 1\n\n"
+    chunks = [(i, bytes([b])) for i, b in enumerate(stream)]
+    parsed = parse_sse(chunks)
+    assert parsed == [SseEvent("a", "1", len(stream) - 1, len(stream) - 1)]
+
+
+def test_several_events_in_one_chunk_share_its_stamp() -> None:
+    assert events([(7, b"data: 1\n\ndata: 2\n\ndata: 3\n\n")]) == [
+        ("", "1", 7),
+        ("", "2", 7),
+        ("", "3", 7),
+    ]
+
+
+def test_line_endings_crlf_cr_lf_and_split_crlf() -> None:
+    assert events([(1, b"data: a\r\n\r\n"), (2, b"data: b\r\r"), (3, b"data: c\n\n")]) == [
+        ("", "a", 1),
+        ("", "b", 2),
+        ("", "c", 3),
+    ]
+    # The blank line's CR arrives at 2; the LF completing the CRLF pair at 3 must not be read as
+    # another (empty) line, and the event is due at 2, when the CR ended its blank line.
+    assert events([(1, b"data: a\r\n\r"), (3, b"\ndata: b\r\n\r\n")]) == [
+        ("", "a", 1),
+        ("", "b", 3),
+    ]
+
+
+def test_comments_id_retry_and_multiline_data() -> None:
+    stream = b": keep-alive\nid: 5\nretry: 100\nevent: x\ndata: line1\ndata:line2\ndata\n\n"
+    assert events([(1, stream)]) == [("x", "line1\nline2\n", 1)]
+
+
+def test_event_without_data_is_not_dispatched_and_name_resets() -> None:
+    assert events([(1, b"event: ping\n\ndata: 1\n\n")]) == [("", "1", 1)]
+
+
+def test_final_event_without_blank_line_is_dispatched_at_eof() -> None:
+    assert events([(1, b"data: 1\n\n"), (2, b"data: [DONE]")]) == [
+        ("", "1", 1),
+        ("", "[DONE]", 2),
+    ]
+
+
+def test_bom_and_split_utf8() -> None:
+    text = "\ufeffdata: héllo ✓\n\n".encode()
+    chunks = [(i, text[i : i + 1]) for i in range(len(text))]
+    assert [(e.event, e.data) for e in parse_sse(chunks)] == [("", "héllo ✓")]
+
+
+def test_parser_returns_events_per_feed() -> None:
+    parser = SseParser()
+    assert parser.feed(b"data: 1\n", 1, 0) == []
+    assert parser.feed(b"\n", 2, 1) == [SseEvent("", "1", 2, 1)]
+    assert parser.finish(2, 1) == []
+
+
+# --- Properties -----------------------------------------------------------------------------
+
+
+def _streams() -> dict[str, tuple[str, bytes]]:
+    def body(chunks: list[tuple[float, bytes]]) -> bytes:
+        return b"".join(data for _, data in chunks)
+
+    anthropic = body(anthropic_text_stream())
+    return {
+        "anthropic": (ANTHROPIC_URL, anthropic),
+        "anthropic-crlf": (ANTHROPIC_URL, anthropic.replace(b"\n", b"\r\n")),
+        "anthropic-cr": (ANTHROPIC_URL, anthropic.replace(b"\n", b"\r")),
+        "chat": (CHAT_URL, body(chat_text_stream())),
+        "responses": (RESPONSES_URL, body(responses_stream())),
+    }
+
+
+STREAMS = _streams()
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def _record(url: str, pieces: list[bytes], stamps: list[int], encoding: str = "") -> Any:
+    chunks = [(s / MS, p) for s, p in zip(stamps, pieces, strict=True)]
+    return make_record(url, chunks, content_encoding=encoding)
+
+
+def _chunk_free(m: CallMetrics) -> dict[str, Any]:
+    """Everything but the number of reads that carried content, which depends on the chunking."""
+    data = m.to_dict()
+    del data["content_chunks"]
+    return data
+
+
+cut_lists = st.lists(st.integers(min_value=0, max_value=100_000), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(sorted(STREAMS)), cuts=cut_lists)
+def test_any_chunking_with_one_stamp_gives_identical_metrics(name: str, cuts: list[int]) -> None:
+    url, data = STREAMS[name]
+    whole = call_metrics(_record(url, [data], [300 * MS]))
+    pieces = _split(data, cuts)
+    split = call_metrics(_record(url, pieces, [300 * MS] * len(pieces)))
+    assert _chunk_free(split) == _chunk_free(whole)
+    assert whole.content_events >= 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(sorted(STREAMS)), cuts=cut_lists)
+def test_any_chunking_gives_the_same_events_in_order(name: str, cuts: list[int]) -> None:
+    _, data = STREAMS[name]
+    pieces = _split(data, cuts)
+    parsed = parse_sse([(T0 + i, p) for i, p in enumerate(pieces)])
+    assert [(e.event, e.data) for e in parsed] == [
+        (e.event, e.data) for e in parse_sse([(T0, data)])
+    ]
+    stamps = [e.t_ns for e in parsed]
+    assert stamps == sorted(stamps)
+    for event in parsed:  # each event is stamped by a chunk that exists, the completing one
+        assert pieces[event.read] and event.t_ns == T0 + event.read
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(sorted(STREAMS)), cuts=cut_lists, deflate=st.booleans())
+def test_any_chunking_of_a_compressed_stream_matches_identity(
+    name: str, cuts: list[int], deflate: bool
+) -> None:
+    url, data = STREAMS[name]
+    packed = zlib.compress(data) if deflate else gzip.compress(data)
+    pieces = _split(packed, cuts)
+    split = call_metrics(
+        _record(url, pieces, [300 * MS] * len(pieces), "deflate" if deflate else "gzip")
+    )
+    assert _chunk_free(split) == _chunk_free(call_metrics(_record(url, [data], [300 * MS])))
+
+
+URLS = [ANTHROPIC_URL, CHAT_URL, RESPONSES_URL, COMPLETIONS_URL, "http://h/v1/embeddings", "::"]
+CONTENT_TYPES = ["text/event-stream", "application/json", "", "text/plain"]
+ENCODINGS = ["", "gzip", "deflate", "br", "gzip, deflate", "identity"]
+
+
+def _check_plain(m: CallMetrics) -> None:
+    data = json.loads(json.dumps(m.to_dict()))
+    assert CallMetrics.from_dict(data) == m
+    if m.opaque:
+        assert m.ttft is None and m.content_events == 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    url=st.sampled_from(URLS),
+    content_type=st.sampled_from(CONTENT_TYPES),
+    encoding=st.sampled_from(ENCODINGS),
+    chunks=st.lists(st.binary(max_size=64), max_size=8),
+    request_body=st.binary(max_size=32),
+    status=st.sampled_from([None, 200, 429, 500]),
+    eof=st.booleans(),
+)
+def test_arbitrary_bytes_never_raise(
+    url: str,
+    content_type: str,
+    encoding: str,
+    chunks: list[bytes],
+    request_body: bytes,
+    status: int | None,
+    eof: bool,
+) -> None:
+    record = make_record(
+        url,
+        [(100.0 + i, c) for i, c in enumerate(chunks)],
+        content_type=content_type,
+        content_encoding=encoding,
+        body=request_body,
+        status=status,
+        eof=eof,
+    )
+    _check_plain(call_metrics(record))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+# Payloads shaped like the real ones, with arbitrary values where the parsers look.
+shaped = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(
+            [
+                "message_start",
+                "content_block_delta",
+                "message_delta",
+                "error",
+                "response.output_text.delta",
+                "response.completed",
+                "response.failed",
+                "response.incomplete",
+                "response.created",
+            ]
+        )
+        | st.text(max_size=8),
+        "delta": json_values,
+        "message": json_values,
+        "usage": json_values,
+        "response": json_values,
+        "choices": st.lists(
+            st.dictionaries(st.sampled_from(["delta", "text", "finish_reason"]), json_values),
+            max_size=3,
+        )
+        | json_values,
+        "error": json_values,
+        "object": st.sampled_from(["chat.completion.chunk", "error", "response"]) | json_values,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    url=st.sampled_from(URLS),
+    payloads=st.lists(shaped | json_values, max_size=6),
+    as_json=st.booleans(),
+)
+def test_arbitrary_json_payloads_never_raise(url: str, payloads: list[Any], as_json: bool) -> None:
+    if as_json:
+        record = make_record(
+            url,
+            [(100.0, json.dumps(payloads[0] if payloads else {}).encode())],
+            content_type="application/json",
+        )
+    else:
+        body = b"".join(sse(p, "error" if i == 2 else None) for i, p in enumerate(payloads))
+        record = make_record(url, [(100.0, body)])
+    _check_plain(call_metrics(record))
