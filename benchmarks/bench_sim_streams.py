@@ -1,7 +1,7 @@
 """How many concurrent streams the simulator holds while keeping its own send schedule.
 
-Runs the server in a subprocess (``python -m pytest_latency.sim``) so the client cannot steal its
-CPU or GIL, drives N concurrent streamed chat completions from this process with raw asyncio
+Runs the server in a subprocess (``python -m pytest_latency.cli sim``) so the client cannot steal
+its CPU or GIL, drives N concurrent streamed chat completions from this process with raw asyncio
 sockets (the cheapest client there is), and measures the server's lateness from its own truth log:
 actual send time minus scheduled due time, over every content event. Arrivals are spread evenly
 over ``--ramp-s`` seconds; "steady" statistics cover the events due while all N streams were
@@ -37,7 +37,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     cmd = [
         sys.executable,
         "-m",
-        "pytest_latency.sim",
+        "pytest_latency.cli",
+        "sim",
         "--port",
         "0",
         "--preset",

@@ -36,6 +36,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "aiohttp": {"sim"},
     "httpx2": {"plugin", "capture"},
     "httpx": {"capture"},
+    "pytest_asyncio": {"plugin"},  # optional: async client fixtures close in the test's loop
     "anthropic": {"plugin"},
     "openai": {"plugin"},
     "tomli": {"budgets"},  # tomllib's backport for Python 3.10

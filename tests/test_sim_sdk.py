@@ -533,11 +533,15 @@ def test_schedule_follows_the_model(sim: SimServer, oai: Any) -> None:
     sim.set_model(BASE.replace(ttfb_ms=2.0, decode_ms_per_token=3.0, output_tokens=12))
     list(oai.chat.completions.create(model="g", messages=USER, stream=True))
     rec = only(sim)
-    assert rec.ttfb_ns is not None and 2_000_000 <= rec.ttfb_ns < 8_000_000
+    assert rec.ttfb_ns is not None and 2_000_000 <= rec.ttfb_ns < 30_000_000
     assert rec.ttft_ns is not None and rec.ttft_ns >= 5_000_000
-    assert abs(statistics.median(rec.itl_ns) - 3_000_000) < 1_000_000
+    planned = [b.t_due_ns - a.t_due_ns for a, b in itertools.pairwise(rec.content_events)]
+    assert planned == [3_000_000] * 11
+    # The schedule is absolute, so lateness never accumulates: the sent span stays ~11 × 3 ms.
+    assert rec.e2e_ns is not None
+    assert abs((rec.e2e_ns - rec.ttft_ns) - 33_000_000) < 10_000_000
     late = sorted(rec.lateness_ns)
-    assert late[0] >= 0 and statistics.median(late) < 1_000_000
+    assert late[0] >= 0 and statistics.median(late) < 5_000_000  # never early, rarely late
 
 
 def test_same_seed_same_request_same_text_and_schedule() -> None:
@@ -558,9 +562,11 @@ def test_same_seed_same_request_same_text_and_schedule() -> None:
     assert due_a == due_b
     sent_a = [e.t_sent_ns - a.t_received_ns for e in a.events]
     sent_b = [e.t_sent_ns - b.t_received_ns for e in b.events]
-    # As sent: equal up to the sleep precision (the median is robust to a scheduling hiccup).
+    # As sent: never early, and equal up to the sleep precision. The bound is loose because a
+    # saturated 2-core CI box can delay a whole in-process run by milliseconds.
+    assert all(e.t_sent_ns >= e.t_due_ns for e in (*a.events, *b.events))
     diffs = [abs(x - y) for x, y in zip(sent_a, sent_b, strict=True)]
-    assert statistics.median(diffs) < 1_000_000
+    assert statistics.median(diffs) < 10_000_000
     with (
         SimServer(noisy.replace(seed=43)) as s,
         openai.OpenAI(base_url=s.openai_base_url, api_key="s") as o,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -428,13 +428,6 @@ def anthropic_client(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.fixture
-def async_anthropic_client(request: pytest.FixtureRequest) -> Any:
-    """An instrumented ``anthropic.AsyncAnthropic`` (a sync fixture: use it from any async test
-    runner; its connections belong to the loop that first uses it)."""
-    return _sdk_client(request, "anthropic", is_async=True)
-
-
-@pytest.fixture
 def openai_client(request: pytest.FixtureRequest) -> Iterator[Any]:
     """An instrumented ``openai.OpenAI``; every call it makes is measured for this test.
 
@@ -446,11 +439,44 @@ def openai_client(request: pytest.FixtureRequest) -> Iterator[Any]:
     client.close()
 
 
-@pytest.fixture
-def async_openai_client(request: pytest.FixtureRequest) -> Any:
-    """An instrumented ``openai.AsyncOpenAI`` (a sync fixture: use it from any async test
-    runner; its connections belong to the loop that first uses it)."""
-    return _sdk_client(request, "openai", is_async=True)
+def _async_client_fixture(provider: str, doc: str) -> Any:
+    """An async client fixture that closes its client inside the test's own event loop.
+
+    With pytest-asyncio installed (strict or auto mode) it is a ``pytest_asyncio`` fixture on the
+    function loop, so the client's connections close before that loop does; without it, a plain
+    fixture hands the client out and closing is left to the test (or to other async runners).
+    """
+    name = f"async_{provider}_client"
+    try:
+        import pytest_asyncio
+    except ImportError:
+
+        def plain(request: pytest.FixtureRequest) -> Any:
+            return _sdk_client(request, provider, is_async=True)
+
+        plain.__doc__ = doc
+        return pytest.fixture(plain, name=name)
+
+    async def closing(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+        client = _sdk_client(request, provider, is_async=True)
+        yield client
+        await client.close()
+
+    closing.__doc__ = doc
+    return pytest_asyncio.fixture(closing, loop_scope="function", name=name)
+
+
+async_anthropic_client = _async_client_fixture(
+    "anthropic",
+    """An instrumented ``anthropic.AsyncAnthropic`` for async tests; every call it makes is
+    measured for this test. Configured like ``anthropic_client``.""",
+)
+
+async_openai_client = _async_client_fixture(
+    "openai",
+    """An instrumented ``openai.AsyncOpenAI`` for async tests; every call it makes is measured
+    for this test. Configured like ``openai_client``.""",
+)
 
 
 @pytest.fixture
