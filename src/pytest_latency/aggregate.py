@@ -22,11 +22,17 @@ from pytest_latency.recording import Call
 
 CONFIDENCE = 0.95
 
+# What an inconclusive verdict (the interval straddles the budget) does to the test, after any
+# extra samples up to max_samples were drawn. See docs/budgets.md, "Inconclusive verdicts".
+POLICIES = ("estimate", "pass", "fail")
+DEFAULT_POLICY = "estimate"
+
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
     expr: str
-    verdict: str  # "pass" | "fail" | "inconclusive"
+    verdict: str  # the statistics' word: "pass" | "fail" | "inconclusive"
+    passed: bool  # what the gate does with it, after the inconclusive policy
     estimate: float | None  # in the metric's base unit (µs for time, 0..1 for ratios)
     interval: tuple[float, float] | None
     n: int
@@ -36,6 +42,7 @@ class Judgement:
         return {
             "expr": self.expr,
             "verdict": self.verdict,
+            "passed": self.passed,
             "estimate": self.estimate,
             "interval": list(self.interval) if self.interval else None,
             "n": self.n,
@@ -48,6 +55,7 @@ class Judgement:
         return cls(
             expr=data["expr"],
             verdict=data["verdict"],
+            passed=bool(data.get("passed", data["verdict"] == "pass")),
             estimate=data.get("estimate"),
             interval=(float(interval[0]), float(interval[1])) if interval else None,
             n=int(data["n"]),
@@ -121,16 +129,62 @@ def _good(call: CallMetrics, expectation: Expectation) -> bool:
     return expectation.good_call(values)
 
 
-def judge(expectations: Iterable[Expectation], data: dict[str, Any]) -> list[Judgement]:
-    calls = kept_calls(data)
-    manual = [m for m in data.get("manual", []) if m[0] >= 0 and not m[1]]
-    return [_judge_one(e, calls, manual, int(data.get("samples", 0))) for e in expectations]
+def judge(
+    expectations: Iterable[Expectation],
+    data: dict[str, Any],
+    *,
+    policy: str = DEFAULT_POLICY,
+) -> list[Judgement]:
+    """Judge a test's expectations over its kept samples."""
+    return judge_pooled(expectations, [data], policy=policy)
 
 
-def _judge_one(
-    expectation: Expectation, calls: list[Call], manual: list[list[Any]], samples: int
-) -> Judgement:
-    in_scope = [c for c in calls if _matches(c.final, expectation.filters)]
+def judge_pooled(
+    expectations: Iterable[Expectation],
+    tests: Sequence[dict[str, Any]],
+    *,
+    policy: str = DEFAULT_POLICY,
+) -> list[Judgement]:
+    """Judge expectations over the kept calls of several tests pooled (session and group
+    budgets): per-call values pool across tests, `calls` pools every test's per-sample counts."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown inconclusive policy {policy!r}; valid: {', '.join(POLICIES)}")
+    pool = _Pool.of(tests)
+    return [_apply_policy(_judge_one(e, pool), e, policy) for e in expectations]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    per_test: list[tuple[list[Call], int]]  # each test's kept calls and its sample count
+    manual: list[tuple[str, float]]
+
+    @classmethod
+    def of(cls, tests: Sequence[dict[str, Any]]) -> _Pool:
+        per_test = [(kept_calls(data), int(data.get("samples", 0))) for data in tests]
+        manual = [
+            (str(m[2]), float(m[3]))
+            for data in tests
+            for m in data.get("manual", [])
+            if m[0] >= 0 and not m[1]
+        ]
+        return cls(per_test, manual)
+
+    @property
+    def calls(self) -> list[Call]:
+        return [call for calls, _ in self.per_test for call in calls]
+
+    def calls_per_sample(self, filters: Sequence[tuple[str, str]]) -> list[float]:
+        return [
+            value
+            for calls, samples in self.per_test
+            for value in _calls_per_sample(
+                [c for c in calls if _matches(c.final, filters)], samples
+            )
+        ]
+
+
+def _judge_one(expectation: Expectation, pool: _Pool) -> Judgement:
+    in_scope = [c for c in pool.calls if _matches(c.final, expectation.filters)]
     finals = [c.final for c in in_scope]
     if expectation.is_goodput:  # good(...): the fraction of calls meeting every condition
         good = sum(_good(c, expectation) for c in finals)
@@ -146,6 +200,7 @@ def _judge_one(
             return Judgement(
                 expectation.text,
                 "fail",
+                False,
                 None,
                 None,
                 0,
@@ -155,51 +210,67 @@ def _judge_one(
             )
         return _judge_exact(expectation, ratio.value, ratio.n)
     if METRICS[expectation.metric].scope is Scope.SAMPLE:
-        values = _calls_per_sample(in_scope, samples)
+        values = pool.calls_per_sample(expectation.filters)
     else:
         values = per_call_values(expectation.metric, [c for c in finals if c.error is None])
-    values.extend(float(m[3]) for m in manual if m[2] == expectation.metric)
+    values.extend(v for metric, v in pool.manual if metric == expectation.metric)
     return _judge_distribution(expectation, values)
 
 
 def _judge_exact(expectation: Expectation, value: float, n: int) -> Judgement:
     verdict = "pass" if expectation.holds(value) else "fail"
-    return Judgement(
-        expectation.text, verdict, value, None, n, _message(expectation, value, None, n, verdict)
-    )
+    message = _message(expectation, value, None, n, verdict)
+    return Judgement(expectation.text, verdict, verdict == "pass", value, None, n, message)
 
 
 def _judge_proportion(expectation: Expectation, hits: int, n: int) -> Judgement:
     if n == 0:
         return _no_data(expectation)
-    est = stats.proportion_estimate(hits, n, CONFIDENCE)
-    return _decided(expectation, est)
+    return _judged(expectation, stats.proportion_estimate(hits, n, CONFIDENCE))
 
 
 def _judge_distribution(expectation: Expectation, values: list[float]) -> Judgement:
     if not values:
         return _no_data(expectation)
     assert expectation.stat is not None  # distribution metrics always carry a stat
-    return _decided(expectation, stats.estimate_stat(values, expectation.stat, CONFIDENCE))
+    return _judged(expectation, stats.estimate_stat(values, expectation.stat, CONFIDENCE))
 
 
-def _decided(expectation: Expectation, est: stats.Estimate) -> Judgement:
+def _judged(expectation: Expectation, est: stats.Estimate) -> Judgement:
     exact = est.low == est.high == est.value
     interval = None if exact else est.interval
     verdict = stats.verdict(expectation.op, expectation.threshold, interval, est.value)
-    # Until sequential sampling lands, an inconclusive interval is decided by the point estimate
-    # so that a budget always gates; the message says the verdict is not confident.
-    decided = verdict
-    if verdict == "inconclusive":
-        decided = "pass" if expectation.holds(est.value) else "fail"
     message = _message(expectation, est.value, interval, est.n, verdict)
-    return Judgement(expectation.text, decided, est.value, interval, est.n, message)
+    return Judgement(
+        expectation.text, verdict, verdict == "pass", est.value, interval, est.n, message
+    )
+
+
+def _apply_policy(judgement: Judgement, expectation: Expectation, policy: str) -> Judgement:
+    if judgement.verdict != "inconclusive":
+        return judgement
+    if policy == "estimate":
+        assert judgement.estimate is not None
+        passed = expectation.holds(judgement.estimate)
+    else:
+        passed = policy == "pass"
+    note = f" [inconclusive; policy {policy!r}: {'pass' if passed else 'fail'}]"
+    return Judgement(
+        judgement.expr,
+        judgement.verdict,
+        passed,
+        judgement.estimate,
+        judgement.interval,
+        judgement.n,
+        judgement.message + note,
+    )
 
 
 def _no_data(expectation: Expectation) -> Judgement:
     return Judgement(
         expectation.text,
         "fail",
+        False,
         None,
         None,
         0,
@@ -217,7 +288,7 @@ def _message(
 ) -> str:
     text = expectation.describe(estimate, n=n, interval=interval)
     if verdict == "inconclusive":
-        text += "; not confident at this n: more samples would decide it"
+        text += "; not confident at this n"
     return text
 
 
@@ -240,10 +311,15 @@ class TestSummary:
 
     @property
     def verdict(self) -> str:
+        """One word for the test: fail if any budget failed the gate, inconclusive if any was
+        not confident (whatever the policy made of it), else pass."""
         if not self.judgements:
             return "-"
-        verdicts = {j.verdict for j in self.judgements}
-        return "fail" if "fail" in verdicts else "pass"
+        if not all(j.passed for j in self.judgements):
+            return "fail"
+        return (
+            "inconclusive" if any(j.verdict == "inconclusive" for j in self.judgements) else "pass"
+        )
 
 
 def summarise(data: dict[str, Any], *, outcome: str) -> TestSummary:
@@ -270,4 +346,4 @@ def summarise(data: dict[str, Any], *, outcome: str) -> TestSummary:
     )
 
 
-__all__ = ["Judgement", "TestSummary", "judge", "summarise"]
+__all__ = ["Judgement", "TestSummary", "judge", "judge_pooled", "summarise"]

@@ -55,9 +55,7 @@ def summary_lines(summaries: Sequence[TestSummary], *, width: int = 48) -> list[
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
     lines = [_row(_HEADERS, widths)]
     lines.extend(_row(r, widths) for r in rows)
-    misses = [
-        f"  {s.nodeid}: {j.message}" for s in summaries for j in s.judgements if j.verdict == "fail"
-    ]
+    misses = [f"  {s.nodeid}: {j.message}" for s in summaries for j in s.judgements if not j.passed]
     if misses:
         lines.append("budget misses:")
         lines.extend(misses)

@@ -1,0 +1,99 @@
+"""The pytest plugin (entry point ``latency``): the only part of the package that imports pytest.
+
+Nothing imports it. Its modules each own one thing: `_settings` (options and precedence),
+`_state` (stash keys and the values under them), `_sampling` (plans, the sample loop, verdicts),
+`_collector` (the controller-side summary and session gate), `_fixtures` (clients and recorder).
+This module wires them: pluggy finds the hooks and fixtures re-exported here. Per-test state lives
+in `item.stash`, run-wide state in `config.stash`; each test's measurements travel on its
+call-phase report as the plain-data attribute `pytest_latency`, which pytest-xdist forwards to the
+controller unchanged, so local and distributed runs share one code path.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_latency import attribution, capture
+from pytest_latency.plugin._collector import LatencyCollector
+from pytest_latency.plugin._fixtures import (
+    anthropic_client,
+    async_anthropic_client,
+    async_openai_client,
+    latency,
+    latency_async_http_client,
+    latency_http_client,
+    llm_sim,
+    openai_client,
+)
+from pytest_latency.plugin._sampling import (
+    pytest_make_collect_report,
+    pytest_pyfunc_call,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+)
+from pytest_latency.plugin._settings import MARKER_DESC, add_options, read_settings
+from pytest_latency.plugin._state import COLLECTOR_NAME, RUN_KEY, SETTINGS_KEY, RunState
+
+__all__ = [
+    "anthropic_client",
+    "async_anthropic_client",
+    "async_openai_client",
+    "latency",
+    "latency_async_http_client",
+    "latency_http_client",
+    "llm_sim",
+    "openai_client",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_make_collect_report",
+    "pytest_pyfunc_call",
+    "pytest_report_header",
+    "pytest_runtest_makereport",
+    "pytest_runtest_protocol",
+    "pytest_unconfigure",
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_DESC)
+    settings = read_settings(config)
+    config.stash[SETTINGS_KEY] = settings
+    run = RunState()
+    config.stash[RUN_KEY] = run
+    # Calls made outside any test (session fixtures, collection) are kept, never dropped.
+    attribution.set_fallback(run.session_recording.sink)
+    if settings.capture == "auto":
+        run.uninstall_auto_capture = capture.install_auto_capture()
+    if not hasattr(config, "workerinput"):  # pytest-xdist workers report; the controller collects
+        config.pluginmanager.register(LatencyCollector(run, settings), COLLECTOR_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    attribution.set_fallback(None)
+    collector = config.pluginmanager.get_plugin(COLLECTOR_NAME)
+    if collector is not None:
+        config.pluginmanager.unregister(collector)
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return
+    if run.uninstall_auto_capture is not None:
+        run.uninstall_auto_capture()
+    if run.sim is not None:
+        run.sim.stop()
+        run.sim = None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return None
+    target = f"simulator ({settings.sim_preset})" if settings.sim_preset else "as configured"
+    budgets = ""
+    if settings.budget_file is not None:
+        count = len(settings.budget_file.rules) + bool(settings.budget_file.session)
+        budgets = f", budgets={settings.budget_file.path} ({count} rules)"
+    return f"latency: capture={settings.capture}, endpoint={target}{budgets}"

@@ -1,0 +1,187 @@
+"""The fixtures: the `latency` recorder, instrumented SDK and HTTP clients, and `llm_sim`.
+
+Owns how clients are configured (simulator, CLI/ini base URLs, the SDKs' own environment
+variables) and their lifetimes. SDKs, httpx2 and the simulator are imported only when a fixture
+that needs them is requested, so an unused plugin costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_latency import capture
+from pytest_latency.plugin._state import RECORDING_KEY, RUN_KEY, SETTINGS_KEY
+from pytest_latency.recording import LatencyRecorder, Recording
+
+if TYPE_CHECKING:
+    from pytest_latency.sim import SimServer
+
+
+@pytest.fixture
+def latency(request: pytest.FixtureRequest) -> LatencyRecorder:
+    """The current test's latency recorder.
+
+    ``latency.calls`` lists the LLM calls captured so far (warmup excluded) with their metrics,
+    ``latency.record("ttft", 0.35)`` records a value measured by hand (seconds by default), and
+    ``with latency.sample():`` marks one sample in a test that loops by itself.
+    """
+    recording = request.node.stash.get(RECORDING_KEY, None)
+    if recording is None:  # the fixture used outside a test's protocol (e.g. by a plugin)
+        recording = Recording(request.node.nodeid)
+        request.node.stash[RECORDING_KEY] = recording
+    return LatencyRecorder(recording)
+
+
+def sim_server(config: pytest.Config) -> SimServer:
+    """The per-process simulator, started on first use and stopped at unconfigure."""
+    run = config.stash[RUN_KEY]
+    if run.sim is None:
+        from pytest_latency.sim import LatencyModel, SimServer
+
+        preset = config.stash[SETTINGS_KEY].sim_preset or "default"
+        run.sim = SimServer(LatencyModel.preset(preset))
+        run.sim.start()
+    return run.sim
+
+
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    base_url: str | None
+    api_key: str | None
+
+
+def _endpoint(config: pytest.Config, provider: str) -> _Endpoint:
+    settings = config.stash[SETTINGS_KEY]
+    env_key = os.environ.get(f"{provider.upper()}_API_KEY")
+    if settings.sim_preset is not None:
+        sim = sim_server(config)
+        url = sim.anthropic_base_url if provider == "anthropic" else sim.openai_base_url
+        return _Endpoint(url, env_key or "sim-key")
+    explicit = settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
+    # None lets the SDK read <PROVIDER>_BASE_URL from the environment itself.
+    return _Endpoint(explicit, env_key)
+
+
+_SDK_CLASSES = {
+    ("anthropic", False): "Anthropic",
+    ("anthropic", True): "AsyncAnthropic",
+    ("openai", False): "OpenAI",
+    ("openai", True): "AsyncOpenAI",
+}
+
+
+def _sdk_client(request: pytest.FixtureRequest, provider: str, *, is_async: bool) -> Any:
+    sdk = pytest.importorskip(provider, reason=f"this fixture needs the `{provider}` package")
+    endpoint = _endpoint(request.config, provider)
+    client_class = getattr(sdk, _SDK_CLASSES[provider, is_async])
+    return capture.instrument(client_class(base_url=endpoint.base_url, api_key=endpoint.api_key))
+
+
+@pytest.fixture
+def anthropic_client(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An instrumented ``anthropic.Anthropic``; every call it makes is measured for this test.
+
+    Configured like the SDK (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL), overridden by
+    ``--latency-anthropic-base-url`` or pointed at the simulator by ``--latency-sim``.
+    """
+    client = _sdk_client(request, "anthropic", is_async=False)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def openai_client(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An instrumented ``openai.OpenAI``; every call it makes is measured for this test.
+
+    Configured like the SDK (OPENAI_API_KEY, OPENAI_BASE_URL), overridden by
+    ``--latency-openai-base-url`` or pointed at the simulator by ``--latency-sim``.
+    """
+    client = _sdk_client(request, "openai", is_async=False)
+    yield client
+    client.close()
+
+
+def _async_client_fixture(provider: str, doc: str) -> Any:
+    """An async client fixture that closes its client inside the test's own event loop.
+
+    With pytest-asyncio installed (strict or auto mode) it is a ``pytest_asyncio`` fixture on the
+    function loop, so the client's connections close before that loop does; without it, a plain
+    fixture hands the client out and closing is left to the test (or to other async runners).
+    """
+    name = f"async_{provider}_client"
+    try:
+        import pytest_asyncio
+    except ImportError:
+
+        def plain(request: pytest.FixtureRequest) -> Any:
+            return _sdk_client(request, provider, is_async=True)
+
+        plain.__doc__ = doc
+        return pytest.fixture(plain, name=name)
+
+    async def closing(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+        client = _sdk_client(request, provider, is_async=True)
+        yield client
+        await client.close()
+
+    closing.__doc__ = doc
+    return pytest_asyncio.fixture(closing, loop_scope="function", name=name)
+
+
+async_anthropic_client = _async_client_fixture(
+    "anthropic",
+    """An instrumented ``anthropic.AsyncAnthropic`` for async tests; every call it makes is
+    measured for this test. Configured like ``anthropic_client``.""",
+)
+
+async_openai_client = _async_client_fixture(
+    "openai",
+    """An instrumented ``openai.AsyncOpenAI`` for async tests; every call it makes is measured
+    for this test. Configured like ``openai_client``.""",
+)
+
+
+def _http_base_url(config: pytest.Config) -> str:
+    return _endpoint(config, "openai").base_url or os.environ.get("OPENAI_BASE_URL") or ""
+
+
+@pytest.fixture
+def latency_http_client(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An instrumented ``httpx2.Client`` for self-hosted endpoints (vLLM, llama.cpp, SGLang,
+    Ollama); its base URL is the OpenAI base URL in effect (simulator, CLI/ini, OPENAI_BASE_URL)."""
+    import httpx2
+
+    client = capture.instrument(httpx2.Client(base_url=_http_base_url(request.config), timeout=600))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def latency_async_http_client(request: pytest.FixtureRequest) -> Any:
+    """An instrumented ``httpx2.AsyncClient``; see ``latency_http_client``. Close it with
+    ``await client.aclose()`` in the test (its connections belong to the test's loop)."""
+    import httpx2
+
+    return capture.instrument(
+        httpx2.AsyncClient(base_url=_http_base_url(request.config), timeout=600)
+    )
+
+
+@pytest.fixture
+def llm_sim(request: pytest.FixtureRequest) -> Iterator[SimServer]:
+    """The built-in simulated LLM endpoint (one per process, started on first use).
+
+    Yields the server: ``.anthropic_base_url``, ``.openai_base_url``, ``.set_model(...)`` to change
+    the latency model for this test (restored afterwards) and ``.truth()``, the ground-truth log of
+    what it sent and when, cleared at the start of each test.
+    """
+    sim = sim_server(request.config)
+    original = sim.model
+    sim.clear_truth()
+    yield sim
+    sim.set_model(original)

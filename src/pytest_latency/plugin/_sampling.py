@@ -1,0 +1,203 @@
+"""Sampling and verdicts: what each test is held to, how often its body runs, and the judgement.
+
+Owns the per-test sampling plan (the `latency` marker overlaid on the budgets file), its
+validation at collection time (a bad marker is a collection error naming the test), the sample
+loop (warmup, samples, and more samples while a verdict is inconclusive, up to max_samples), the
+attribution of calls to the running test, and the call-phase verdict that fails a test on a
+missed budget. Its measurements ride on the call report as plain data.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import pytest
+
+from pytest_latency import attribution
+from pytest_latency.aggregate import Judgement, judge
+from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
+from pytest_latency.plugin._state import (
+    PLAN_KEY,
+    PLUGIN_NAME,
+    RECORDING_KEY,
+    REPORT_ATTRIBUTE,
+    SETTINGS_KEY,
+    SamplingPlan,
+    Settings,
+)
+from pytest_latency.recording import Recording
+
+_MARKER_KWARGS = ("samples", "warmup", "max_samples")
+
+NO_CALLS_HINT = (
+    "pytest-latency: this test has latency budgets but made no captured LLM call.\n"
+    "Is the client instrumented? Use the anthropic_client/openai_client fixtures, "
+    "wrap your own client with pytest_latency.instrument(client), or run with "
+    "--latency-capture=auto."
+)
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+
+
+def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
+    markers = list(item.iter_markers("latency"))
+    budget_file = settings.budget_file
+    marker_names = [m.name for m in item.iter_markers()]
+    rules = budget_file.rules_for(item.nodeid, marker_names) if budget_file else ()
+    if not markers and not rules:
+        return None
+    source = f"{item.nodeid} @pytest.mark.latency"
+    own: list[Expectation] = []
+    sampling: dict[str, int] = {}
+    # Closest marker first: its sampling wins; expectations from every level add up.
+    for marker in markers:
+        unknown = set(marker.kwargs) - set(_MARKER_KWARGS)
+        if unknown:
+            raise BudgetError(
+                f"{source}: unknown keyword argument(s) {', '.join(sorted(unknown))}; "
+                f"valid: {', '.join(_MARKER_KWARGS)}"
+            )
+        own.extend(parse_expectation(arg, source=source) for arg in marker.args)
+        for name in _MARKER_KWARGS:
+            if name in marker.kwargs and name not in sampling:
+                minimum = 0 if name == "warmup" else 1
+                sampling[name] = _count(marker.kwargs[name], name, minimum, source)
+    # A marker beats the file for its test: a file budget on the same statistic gives way.
+    own_labels = {e.label for e in own}
+    from_file = [e for rule in rules for e in rule.expectations if e.label not in own_labels]
+    defaults = budget_file.defaults if budget_file else None
+    samples = sampling.get("samples") or (defaults.samples if defaults else None) or 1
+    warmup = sampling.get("warmup", defaults.warmup if defaults and defaults.warmup else 0)
+    max_samples = sampling.get("max_samples") or (defaults.max_samples if defaults else None)
+    if max_samples is not None and max_samples < samples:
+        raise BudgetError(f"{source}: max_samples={max_samples} is below samples={samples}")
+    return SamplingPlan(tuple(own + from_file), samples, warmup or 0, max_samples or samples)
+
+
+def _count(value: object, name: str, minimum: int, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BudgetError(f"{source}: {name}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    report = yield
+    settings = collector.config.stash.get(SETTINGS_KEY, None)
+    if not report.passed or settings is None:
+        return report
+    problems: list[str] = []
+    for node in report.result:
+        if not isinstance(node, pytest.Item):
+            continue
+        try:
+            plan = plan_for(node, settings)
+        except BudgetError as exc:
+            problems.append(str(exc))
+            continue
+        if plan is not None:
+            node.stash[PLAN_KEY] = plan
+    if problems:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(["pytest-latency: invalid latency marker", *problems])
+        report.result = []
+    return report
+
+
+# ---- running a test ------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    recording = Recording(item.nodeid)
+    item.stash[RECORDING_KEY] = recording
+    with attribution.routing_to(recording.sink):
+        return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    recording = pyfuncitem.stash.get(RECORDING_KEY, None)
+    if recording is None:
+        return None
+    plan = pyfuncitem.stash.get(PLAN_KEY, None) or SamplingPlan((), 1, 0, 1)
+    # Every other implementation (pytest's own, pytest-asyncio's, anyio's) runs once per sample;
+    # fixtures stay set up across samples, like pytest-benchmark's rounds.
+    manager = pyfuncitem.config.pluginmanager
+    this_plugin = manager.get_plugin(PLUGIN_NAME) or sys.modules["pytest_latency.plugin"]
+    call_body = manager.subset_hook_caller("pytest_pyfunc_call", remove_plugins=[this_plugin])
+
+    def run(count: int, *, warmup: bool) -> None:
+        for _ in range(count):
+            recording.begin_sample(warmup=warmup)
+            try:
+                call_body(pyfuncitem=pyfuncitem)
+            finally:
+                recording.end_sample()
+
+    run(plan.warmup, warmup=True)
+    run(plan.samples, warmup=False)
+    # Sequential sampling: an interval that straddles the budget narrows with n; draw more
+    # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
+    while plan.budgeted and recording.samples_run < plan.max_samples:
+        verdicts = judge(plan.expectations, recording.to_data())
+        if not any(j.verdict == "inconclusive" for j in verdicts):
+            break
+        run(min(recording.samples_run, plan.max_samples - recording.samples_run), warmup=False)
+    return True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    recording = item.stash.get(RECORDING_KEY, None)
+    if call.when != "call" or recording is None:
+        return report
+    plan = item.stash.get(PLAN_KEY, None)
+    data = recording.to_data()
+    data["location"] = [report.location[0], report.location[1]]
+    if plan is not None and plan.budgeted:
+        policy = item.config.stash[SETTINGS_KEY].policy
+        judgements = judge(plan.expectations, data, policy=policy)
+        data["budgets"] = [j.to_dict() for j in judgements]
+        data["policy"] = policy
+        _record_properties(item, report, judgements)
+        if report.passed:
+            _fail_on_misses(report, judgements, data)
+    if data["calls"] or data["manual"] or plan is not None:
+        setattr(report, REPORT_ATTRIBUTE, data)
+    return report
+
+
+def _record_properties(
+    item: pytest.Item, report: pytest.TestReport, judgements: Sequence[Judgement]
+) -> None:
+    """Budget results as junitxml <properties> (the report's copy is what junitxml reads)."""
+    for j in judgements:
+        outcome = ("pass" if j.passed else "fail") + (
+            " (inconclusive)" if j.verdict == "inconclusive" else ""
+        )
+        prop = (f"latency: {j.expr}", f"{outcome}: {j.message}")
+        item.user_properties.append(prop)
+        if prop not in report.user_properties:
+            report.user_properties.append(prop)
+
+
+def _fail_on_misses(
+    report: pytest.TestReport, judgements: Sequence[Judgement], data: dict[str, Any]
+) -> None:
+    if not data["calls"] and not data["manual"]:
+        report.outcome = "failed"
+        report.longrepr = NO_CALLS_HINT
+        return
+    misses = [j for j in judgements if not j.passed]
+    if misses:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(
+            ["pytest-latency: latency budget missed", *(f"  {j.message}" for j in misses)]
+        )

@@ -1,0 +1,166 @@
+"""Options, ini keys and environment variables, resolved once into `Settings`.
+
+Owns the command-line/ini surface of the plugin and its precedence (CLI beats environment beats
+ini), and turns every bad value into a `pytest.UsageError` that names where it came from, before
+any test runs: a malformed budgets file included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_latency.aggregate import DEFAULT_POLICY, POLICIES
+from pytest_latency.budgets import BudgetError, BudgetFile, load_budget_file
+from pytest_latency.plugin._state import Settings
+
+CAPTURE_DESC = (
+    "Which HTTP requests to capture: 'fixtures' (the plugin's clients and instrument()ed ones) "
+    "or 'auto' (every httpx2/httpx request a test makes, by patching the default transports)"
+)
+SIM_DESC = (
+    "Start the built-in simulated LLM endpoint and point the client fixtures at it; "
+    "the value is a latency-model preset (default: 'default')"
+)
+ANTHROPIC_URL_DESC = "Base URL for the anthropic_client fixtures (beats ANTHROPIC_BASE_URL)"
+OPENAI_URL_DESC = "Base URL for the openai_client fixtures (beats OPENAI_BASE_URL)"
+BUDGET_DESC = (
+    "Budgets file (TOML) selecting tests by node-id glob or marker, with session-wide budgets; "
+    "also PYTEST_LATENCY_BUDGET"
+)
+POLICY_DESC = (
+    "What an inconclusive verdict (the confidence interval straddles the budget, after extra "
+    "samples up to max_samples) does: 'estimate' decides by the point estimate (default), "
+    "'pass' fails only confident misses, 'fail' demands confident passes"
+)
+MARKER_DESC = (
+    "latency(*expectations, samples=1, warmup=0, max_samples=None): judge the LLM calls of this "
+    "test against budget expressions such as 'ttft.p95 < 400ms'; run the body warmup + samples "
+    "times, and up to max_samples while a verdict is inconclusive"
+)
+
+CAPTURE_CHOICES = ("fixtures", "auto")
+BUDGET_ENV = "PYTEST_LATENCY_BUDGET"
+
+
+def _choice(valid: tuple[str, ...], what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in valid:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not a {what}; choose from {', '.join(valid)}"
+            )
+        return value
+
+    return check
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("latency", "pytest-latency")
+    group.addoption(
+        "--latency-capture",
+        dest="latency_capture",
+        type=_choice(CAPTURE_CHOICES, "capture mode"),
+        help=CAPTURE_DESC,
+    )
+    group.addoption(
+        "--latency-sim",
+        dest="latency_sim",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="PRESET",
+        help=SIM_DESC,
+    )
+    group.addoption(
+        "--latency-anthropic-base-url", dest="latency_anthropic_base_url", help=ANTHROPIC_URL_DESC
+    )
+    group.addoption(
+        "--latency-openai-base-url", dest="latency_openai_base_url", help=OPENAI_URL_DESC
+    )
+    group.addoption("--latency-budget", dest="latency_budget", metavar="FILE", help=BUDGET_DESC)
+    group.addoption(
+        "--latency-inconclusive",
+        dest="latency_inconclusive",
+        type=_choice(POLICIES, "policy"),
+        help=POLICY_DESC,
+    )
+    parser.addini("latency_capture", CAPTURE_DESC, default="fixtures")
+    parser.addini("latency_sim", SIM_DESC, default="")
+    parser.addini("latency_anthropic_base_url", ANTHROPIC_URL_DESC, default="")
+    parser.addini("latency_openai_base_url", OPENAI_URL_DESC, default="")
+    parser.addini("latency_budget", BUDGET_DESC, default="")
+    parser.addini("latency_inconclusive", POLICY_DESC, default=DEFAULT_POLICY)
+
+
+def _cli(config: pytest.Config, name: str) -> str | None:
+    value = config.getoption(name, default=None)
+    return None if value is None else str(value)
+
+
+def _ini(config: pytest.Config, name: str) -> str | None:
+    value = config.getini(name)
+    return str(value) if value else None
+
+
+def _ini_choice(config: pytest.Config, name: str, valid: tuple[str, ...]) -> str | None:
+    value = _ini(config, name)
+    if value is not None and value not in valid:
+        raise pytest.UsageError(
+            f"{name} = {value!r} in {config.inipath or 'the ini file'} is not valid; "
+            f"choose from {', '.join(valid)}"
+        )
+    return value
+
+
+def _budget_path(config: pytest.Config) -> Path | None:
+    """CLI (relative to the working directory) beats the environment beats the ini key
+    (relative to the ini file's directory, as pytest does for its own paths)."""
+    cli = _cli(config, "latency_budget") or os.environ.get(BUDGET_ENV) or None
+    if cli:
+        return Path(cli)
+    ini = _ini(config, "latency_budget")
+    if ini is None:
+        return None
+    base = config.inipath.parent if config.inipath else config.rootpath
+    return base / ini
+
+
+def _load_budgets(config: pytest.Config) -> BudgetFile | None:
+    path = _budget_path(config)
+    if path is None:
+        return None
+    try:
+        return load_budget_file(path)
+    except BudgetError as exc:
+        raise pytest.UsageError(f"pytest-latency: {exc}") from None
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    capture_mode = _cli(config, "latency_capture") or _ini_choice(
+        config, "latency_capture", CAPTURE_CHOICES
+    )
+    policy = _cli(config, "latency_inconclusive") or _ini_choice(
+        config, "latency_inconclusive", POLICIES
+    )
+    sim_preset = _cli(config, "latency_sim") or _ini(config, "latency_sim")
+    if sim_preset is not None:
+        from pytest_latency.sim import LatencyModel, SimSettingsError
+
+        try:
+            LatencyModel.preset(sim_preset)
+        except SimSettingsError as exc:
+            raise pytest.UsageError(f"--latency-sim: {exc}") from None
+    return Settings(
+        capture=capture_mode or "fixtures",
+        sim_preset=sim_preset,
+        anthropic_base_url=_cli(config, "latency_anthropic_base_url")
+        or _ini(config, "latency_anthropic_base_url"),
+        openai_base_url=_cli(config, "latency_openai_base_url")
+        or _ini(config, "latency_openai_base_url"),
+        budget_file=_load_budgets(config),
+        policy=policy or DEFAULT_POLICY,
+    )

@@ -1,0 +1,65 @@
+"""Plugin state: the stash keys and the values kept under them.
+
+Owns the shapes of everything the plugin remembers between hooks: resolved settings, each test's
+sampling plan and live recording, and the run-wide state. Nothing here runs hooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_latency.aggregate import TestSummary
+from pytest_latency.budgets import BudgetFile, Expectation
+from pytest_latency.recording import Recording
+
+if TYPE_CHECKING:
+    from pytest_latency.sim import SimServer
+
+REPORT_ATTRIBUTE = "pytest_latency"
+COLLECTOR_NAME = "latency-collector"
+PLUGIN_NAME = "latency"  # the pytest11 entry point's name
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    capture: str
+    sim_preset: str | None
+    anthropic_base_url: str | None
+    openai_base_url: str | None
+    budget_file: BudgetFile | None
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingPlan:
+    """How a test is sampled and judged: its marker overlaid on the budgets file's rules."""
+
+    expectations: tuple[Expectation, ...]
+    samples: int
+    warmup: int
+    max_samples: int  # == samples unless inconclusive verdicts may draw more
+
+    @property
+    def budgeted(self) -> bool:
+        return bool(self.expectations)
+
+
+@dataclass(slots=True)
+class RunState:
+    """Run-wide state: on the controller, every test's data in arrival order (xdist interleaves)."""
+
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    summaries: list[TestSummary] = field(default_factory=list)
+    session_recording: Recording = field(default_factory=lambda: Recording("<session>"))
+    uninstall_auto_capture: Any = None
+    sim: SimServer | None = None
+    session_judgements: list[Any] = field(default_factory=list)
+
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+RUN_KEY = pytest.StashKey[RunState]()
+PLAN_KEY = pytest.StashKey[SamplingPlan]()
+RECORDING_KEY = pytest.StashKey[Recording]()

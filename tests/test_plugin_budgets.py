@@ -1,0 +1,254 @@
+"""budgets.toml in the plugin, sequential sampling, the inconclusive policy, the session gate, and
+the CI outputs (junitxml properties, GitHub annotations). Values are recorded by hand through the
+`latency` fixture, so every verdict here is exact and needs no network."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+INI = """[pytest]
+console_output_style = classic
+asyncio_default_fixture_loop_scope = function
+markers = slowpath: a marker a budget rule selects
+"""
+
+# Deterministic "latencies": a spread of values whose every percentile is known.
+SPREAD = "[100 + (i * 37) % 50 for i in range(10_000)]"  # 100..149 ms
+
+
+@pytest.fixture
+def tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_inner_chat=f"""
+        import pytest
+
+        VALUES = {SPREAD}
+        RUNS = {{}}
+
+        def _record(latency, name, offset_ms=0):
+            i = RUNS.get(name, 0)
+            RUNS[name] = i + 1
+            latency.record("ttft", VALUES[i] + offset_ms, unit="ms")
+
+        def test_fast(latency):
+            _record(latency, "fast")
+
+        @pytest.mark.slowpath
+        def test_slow(latency):
+            _record(latency, "slow", offset_ms=400)
+
+        def test_zz_runs():
+            print("RUNS", sorted(RUNS.items()))
+        """
+    )
+    return pytester
+
+
+def test_a_budgets_file_selects_tests_by_glob_and_marker(tester: pytest.Pytester) -> None:
+    tester.makefile(
+        ".toml",
+        budgets="""
+        [defaults]
+        samples = 5
+
+        [[budget]]
+        select = "test_inner_chat.py::test_fast"
+        expect = ["ttft.max < 300ms"]
+
+        [[budget]]
+        marker = "slowpath"
+        expect = ["ttft.max < 300ms"]
+        """,
+    )
+    result = tester.runpytest("--latency-budget=budgets.toml", "-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*budgets=budgets.toml (2 rules)*",
+            "*RUNS ?('fast', 5), ('slow', 5)?",  # fnmatch: ? stands for the brackets
+            "*ttft.max = 548 ms > 300 ms*",
+        ]
+    )
+
+
+def test_a_marker_beats_the_file_for_its_test(tester: pytest.Pytester) -> None:
+    tester.makefile(
+        ".toml",
+        budgets="""
+        [[budget]]
+        select = "*"
+        expect = ["ttft.max < 10ms"]
+        """,
+    )
+    tester.makepyfile(
+        test_inner_marker="""
+        import pytest
+
+        @pytest.mark.latency("ttft.max < 1s", samples=3)
+        def test_own(latency):
+            latency.record("ttft", 0.5)
+        """
+    )
+    result = tester.runpytest("--latency-budget=budgets.toml", "test_inner_marker.py")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("[[budget]]\nselect = 'x'\nexpect = ['ttfx.p95 < 1s']\n", "*budgets.toml:3*ttfx*"),
+        ("[defaults]\nsamples = 0\n", "*budgets.toml:2*samples*"),
+        ("[[budget]\n", "*budgets.toml*"),
+        ("[budgetz]\n", "*budgets.toml:1*budgetz*"),
+    ],
+)
+def test_a_bad_budgets_file_is_a_usage_error_before_any_test_runs(
+    tester: pytest.Pytester, content: str, expected: str
+) -> None:
+    (tester.path / "budgets.toml").write_text(content)
+    result = tester.runpytest("--latency-budget=budgets.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+    result.stdout.no_fnmatch_line("*passed*")
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_a_missing_budgets_file_is_a_usage_error(tester: pytest.Pytester) -> None:
+    result = tester.runpytest("--latency-budget=nope.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*nope.toml*"])
+
+
+def test_cli_beats_environment_beats_ini(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    strict = '[[budget]]\nselect = "*test_fast"\nexpect = ["ttft.max < 1ms"]\n'
+    lenient = '[[budget]]\nselect = "*test_fast"\nexpect = ["ttft.max < 10s"]\n'
+    (tester.path / "strict.toml").write_text(strict)
+    (tester.path / "lenient.toml").write_text(lenient)
+    tester.makeini(INI + "latency_budget = strict.toml\n")
+    args = ["test_inner_chat.py::test_fast"]
+    tester.runpytest(*args).assert_outcomes(failed=1)
+    monkeypatch.setenv("PYTEST_LATENCY_BUDGET", "lenient.toml")
+    tester.runpytest(*args).assert_outcomes(passed=1)
+    tester.runpytest("--latency-budget=strict.toml", *args).assert_outcomes(failed=1)
+
+
+def test_inconclusive_verdicts_draw_more_samples_until_confident(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        test_inner_sequential=f"""
+        import pytest
+
+        VALUES = {SPREAD}
+        RUNS = []
+
+        @pytest.mark.latency("ttft.p95 < 200ms", samples=10, max_samples=400)
+        def test_needs_more(latency):
+            RUNS.append(1)
+            latency.record("ttft", VALUES[len(RUNS)], unit="ms")
+
+        def test_zz():
+            # a p95 needs 59 values before it can pass confidently: 10 → 20 → 40 → 80
+            assert len(RUNS) == 80, len(RUNS)
+        """
+    )
+    result = tester.runpytest("test_inner_sequential.py", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(
+    ("policy", "outcome"), [("estimate", "passed"), ("pass", "passed"), ("fail", "failed")]
+)
+def test_the_policy_decides_what_stays_inconclusive(
+    tester: pytest.Pytester, policy: str, outcome: str
+) -> None:
+    tester.makepyfile(
+        test_inner_policy="""
+        import pytest
+
+        @pytest.mark.latency("ttft.p95 < 200ms", samples=5)
+        def test_few(latency):
+            latency.record("ttft", 120, unit="ms")
+        """
+    )
+    result = tester.runpytest("test_inner_policy.py", f"--latency-inconclusive={policy}")
+    result.assert_outcomes(**{outcome: 1})
+    if outcome == "failed":
+        result.stdout.fnmatch_lines(["*inconclusive; policy 'fail': fail*"])
+
+
+def test_an_unknown_policy_in_the_ini_file_is_a_usage_error(tester: pytest.Pytester) -> None:
+    tester.makeini(INI + "latency_inconclusive = maybe\n")
+    result = tester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*latency_inconclusive*maybe*estimate, pass, fail*"])
+
+
+def test_session_budgets_pool_every_test_and_fail_the_run(tester: pytest.Pytester) -> None:
+    tester.makefile(
+        ".toml",
+        budgets="""
+        [session]
+        expect = ["ttft.max < 300ms", "ttft.min < 200ms"]
+        """,
+    )
+    result = tester.runpytest("--latency-budget=budgets.toml")
+    # every test passes on its own; the run fails on the session budget
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*latency session budgets*",
+            "FAIL ttft.max = * > 300 ms*",
+            "PASS ttft.min = *",
+            "*1 session budget(s) missed: ttft.max < 300ms*",
+        ]
+    )
+
+
+def test_budget_results_become_junitxml_properties(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        test_inner_junit="""
+        import pytest
+
+        @pytest.mark.latency("ttft.max < 1s")
+        def test_it(latency):
+            latency.record("ttft", 0.1)
+        """
+    )
+    tester.runpytest("test_inner_junit.py", "--junitxml=out.xml").assert_outcomes(passed=1)
+    xml = (tester.path / "out.xml").read_text()
+    assert 'name="latency: ttft.max &lt; 1s"' in xml
+    assert "pass: ttft.max = 0.1 s &lt; 1 s (n=1)" in xml
+
+
+def test_github_annotations_point_at_the_failing_test(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tester.makepyfile(
+        test_inner_gha="""
+        import pytest
+
+
+        @pytest.mark.latency("ttft.max < 1ms")
+        def test_it(latency):
+            latency.record("ttft", 0.1)
+        """
+    )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    result = tester.runpytest("test_inner_gha.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            # the line of the decorator that set the budget (pytest's location of the test)
+            "::error file=test_inner_gha.py,line=4,title=latency budget::"
+            "test_inner_gha.py::test_it: ttft.max = 100 ms > 1 ms*"
+        ]
+    )
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    tester.runpytest("test_inner_gha.py").stdout.no_fnmatch_line("::error*")
