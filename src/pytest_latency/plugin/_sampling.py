@@ -10,13 +10,14 @@ missed budget. Its measurements ride on the call report as plain data.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Generator, Sequence
 from typing import Any
 
 import pytest
 
 from pytest_latency import attribution
-from pytest_latency.aggregate import Judgement, judge
+from pytest_latency.aggregate import Judgement, judge, kept_calls
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.plugin._state import (
     PLAN_KEY,
@@ -198,6 +199,14 @@ def _fail_on_misses(
     misses = [j for j in judgements if not j.passed]
     if misses:
         report.outcome = "failed"
-        report.longrepr = "\n".join(
-            ["pytest-latency: latency budget missed", *(f"  {j.message}" for j in misses)]
-        )
+        lines = ["pytest-latency: latency budget missed", *(f"  {j.message}" for j in misses)]
+        errors = error_counts(data)
+        if errors:
+            listed = ", ".join(f"{kind} ×{count}" for kind, count in errors.most_common())
+            lines.append(f"  errors: {listed}")
+        report.longrepr = "\n".join(lines)
+
+
+def error_counts(data: dict[str, Any]) -> Counter[str]:
+    """What went wrong in the kept calls, by error kind (the final attempt's)."""
+    return Counter(call.final.error for call in kept_calls(data) if call.final.error is not None)

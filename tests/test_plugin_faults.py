@@ -1,0 +1,189 @@
+"""Faults never crash the run: each provider fault, through each SDK, sync and async, is recorded
+as an error of its type on the call, SDK retries are attempts of one call, `error_rate` and
+`retries` are budgetable, and a failing test's message says what happened."""
+
+from __future__ import annotations
+
+import anthropic  # noqa: F401  (kept loaded across pytester's in-process runs: see test_plugin_sim)
+import openai  # noqa: F401
+import pytest
+
+import pytest_latency.sim  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+MATRIX = """
+import asyncio
+import httpx2
+import pytest
+
+PROMPT = [{"role": "user", "content": "hello there"}]
+FAULTS = {
+    # fault: error kind the call must carry
+    "429": "http_429",
+    "500": "http_500",
+    "529": "http_529",
+    "sse_error": "sse_error:",
+    "drop": "RemoteProtocolError",
+}
+
+
+def sync_call(kind, client, headers):
+    if kind == "anthropic":
+        with client.messages.stream(model="m", max_tokens=64, messages=PROMPT,
+                                    extra_headers=headers) as s:
+            s.until_done()
+    elif kind == "chat":
+        for _ in client.chat.completions.create(model="m", messages=PROMPT, stream=True,
+                                                extra_headers=headers):
+            pass
+    else:
+        for event in client.responses.create(model="m", input="hi", stream=True,
+                                             extra_headers=headers):
+            if event.type == "error":
+                raise RuntimeError("error event")
+
+
+async def async_call(kind, client, headers):
+    if kind == "anthropic":
+        async with client.messages.stream(model="m", max_tokens=64, messages=PROMPT,
+                                          extra_headers=headers) as s:
+            await s.until_done()
+    elif kind == "chat":
+        async for _ in await client.chat.completions.create(
+                model="m", messages=PROMPT, stream=True, extra_headers=headers):
+            pass
+    else:
+        async for event in await client.responses.create(
+                model="m", input="hi", stream=True, extra_headers=headers):
+            if event.type == "error":
+                raise RuntimeError("error event")
+
+
+def check(latency, fault):
+    (call,) = latency.calls
+    assert call.failed, call.final
+    assert call.final.error.startswith(FAULTS[fault]), call.final.error
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("kind", ["anthropic", "chat", "responses"])
+def test_sync(kind, fault, anthropic_client, openai_client, latency):
+    client = (anthropic_client if kind == "anthropic" else openai_client).with_options(
+        max_retries=0)
+    with pytest.raises(Exception):
+        sync_call(kind, client, {"x-sim-fault": fault})
+    check(latency, fault)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("kind", ["anthropic", "chat", "responses"])
+async def test_async(kind, fault, async_anthropic_client, async_openai_client, latency):
+    client = (async_anthropic_client if kind == "anthropic"
+              else async_openai_client).with_options(max_retries=0)
+    with pytest.raises(Exception):
+        await async_call(kind, client, {"x-sim-fault": fault})
+    check(latency, fault)
+"""
+
+
+@pytest.fixture
+def tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    return pytester
+
+
+def test_every_fault_through_every_sdk_is_recorded_with_its_type(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(test_inner_matrix=MATRIX)
+    result = tester.runpytest("--latency-sim=instant", "-p", "asyncio", "--asyncio-mode=strict")
+    result.assert_outcomes(passed=30)
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
+def test_retries_are_attempts_of_one_call_and_are_budgetable(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        test_inner_retry="""
+        import pytest
+
+        HEADERS = {"x-sim-fault": "429", "x-sim-fault-attempts": "2"}
+
+        @pytest.mark.latency("retries <= 6", "error_rate < 50%", samples=3)  # 3 calls x 2 retries
+        def test_recovers(anthropic_client, latency):
+            anthropic_client.messages.create(model="m", max_tokens=16, extra_headers=HEADERS,
+                messages=[{"role": "user", "content": "q"}])
+
+        def test_attempts(anthropic_client, latency):
+            anthropic_client.messages.create(model="m", max_tokens=16, extra_headers=HEADERS,
+                messages=[{"role": "user", "content": "q"}])
+            (call,) = latency.calls
+            assert [a.status for a in call.attempts] == [429, 429, 200]
+            assert [a.attempt for a in call.attempts] == [0, 1, 2]
+            assert call.retries == 2 and not call.failed
+            # latency to success spans the attempts; each attempt keeps its own timing
+            assert call.final.t_start_ns > call.attempts[0].t_start_ns
+
+        @pytest.mark.latency("retries < 1")
+        def test_gated(anthropic_client):
+            anthropic_client.messages.create(model="m", max_tokens=16, extra_headers=HEADERS,
+                messages=[{"role": "user", "content": "q"}])
+        """
+    )
+    result = tester.runpytest("--latency-sim=instant")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*retries = 2 > 1*"])
+
+
+def test_a_failing_budget_says_which_errors_happened(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        test_inner_errors="""
+        import pytest
+
+        @pytest.mark.latency("error_rate < 10%", samples=4)
+        def test_flaky(openai_client, latency):
+            client = openai_client.with_options(max_retries=0)
+            fault = "500" if len(latency.all_calls) % 2 else "529"
+            try:
+                client.chat.completions.create(model="m", extra_headers={"x-sim-fault": fault},
+                    messages=[{"role": "user", "content": "q"}])
+            except Exception:
+                pass
+        """
+    )
+    result = tester.runpytest("--latency-sim=instant")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*error_rate = 100%*", "*errors: *http_5*"])
+
+
+def test_a_stall_past_the_client_timeout_is_a_timeout_error(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        test_inner_stall="""
+        import pytest
+
+        HEADERS = {"x-sim-fault": "stall", "x-sim-stall-ms": "400"}
+        PROMPT = [{"role": "user", "content": "q"}]
+
+        def test_timeout(openai_client, latency):
+            client = openai_client.with_options(max_retries=0, timeout=0.1)
+            with pytest.raises(Exception, match="timed out"):
+                for _ in client.chat.completions.create(
+                        model="m", messages=PROMPT, stream=True, extra_headers=HEADERS):
+                    pass
+            (call,) = latency.calls
+            assert call.final.error in ("ReadTimeout", "APITimeoutError"), call.final.error
+
+        @pytest.mark.asyncio
+        async def test_stall_within_timeout(async_anthropic_client, latency):
+            stream = await async_anthropic_client.messages.create(
+                model="m", max_tokens=32, messages=PROMPT, stream=True, extra_headers=HEADERS)
+            async for _ in stream:
+                pass
+            (call,) = latency.calls
+            assert call.final.error is None
+            assert max(call.final.itl) >= 350_000  # the stall shows as one long gap (µs)
+        """
+    )
+    result = tester.runpytest("--latency-sim=instant", "-p", "asyncio")
+    result.assert_outcomes(passed=2)
