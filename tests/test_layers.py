@@ -14,8 +14,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "pytest_latency"
 # module → package modules it may import (transitively allowed ones need not be listed twice).
 ALLOWED: dict[str, set[str]] = {
     "plugin": {"*"},
-    "cli": {"sim", "aggregate", "budgets", "histogram", "catalogue", "stats"},
+    "cli": {"sim", "aggregate", "budgets", "histogram", "catalogue", "stats", "results", "report"},
+    "report": {"results", "histogram", "report"},
+    "results": {"aggregate", "budgets", "histogram", "stats", "catalogue", "metrics", "recording"},
     "terminal": {"aggregate"},
+    "diagnose": {"aggregate", "budgets", "stats", "recording", "metrics", "catalogue"},
     "aggregate": {"budgets", "stats", "recording", "metrics", "catalogue"},
     "recording": {"metrics", "wire", "catalogue"},
     "budgets": {"catalogue"},

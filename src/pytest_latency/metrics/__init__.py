@@ -3,7 +3,8 @@
 Owns `call_metrics(record) -> CallMetrics`, the only way the rest of the package turns a captured
 HTTP attempt into numbers, and the vocabulary it uses (API names, output channels). Its private
 modules: `_body` (content-encoding), `_sse` (event parsing with arrival stamps), `_protocols`
-(API detection and event classification), `_usage` (usage normalisation), `_call` (assembly).
+(API detection and event classification), `_usage` (usage normalisation), `_fingerprint` (prompt
+and output hashes for diagnosis, never text), `_call` (assembly).
 May import only the stdlib, `pytest_latency.wire` and `pytest_latency.catalogue`; never pytest,
 never httpx. Definitions: docs/metrics.md.
 """
@@ -11,6 +12,11 @@ never httpx. Definitions: docs/metrics.md.
 from __future__ import annotations
 
 from pytest_latency.metrics._call import CallMetrics, call_metrics
+from pytest_latency.metrics._fingerprint import (
+    CHARS_PER_TOKEN,
+    PREFIX_BLOCK_CHARS,
+    contains_output,
+)
 from pytest_latency.metrics._protocols import (
     ANTHROPIC_MESSAGES,
     APIS,
@@ -31,9 +37,11 @@ __all__ = [
     "APIS",
     "AUDIO",
     "CHANNELS",
+    "CHARS_PER_TOKEN",
     "OPENAI_CHAT",
     "OPENAI_COMPLETIONS",
     "OPENAI_RESPONSES",
+    "PREFIX_BLOCK_CHARS",
     "REASONING",
     "REFUSAL",
     "TEXT",
@@ -41,4 +49,5 @@ __all__ = [
     "UNKNOWN",
     "CallMetrics",
     "call_metrics",
+    "contains_output",
 ]

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_latency.metrics._body import DecodedBody, decode_reads
+from pytest_latency.metrics._fingerprint import (
+    OutputText,
+    estimated_tokens,
+    output_print,
+    request_print,
+)
 from pytest_latency.metrics._protocols import (
     ANTHROPIC_MESSAGES,
     REASONING,
@@ -76,6 +82,15 @@ class CallMetrics:
     t_start_ns: int
     t_end_ns: int
     notes: tuple[str, ...] = field(default=())
+    # Fingerprints for diagnosis (docs/metrics.md, "Prompt and output fingerprints"): sizes and
+    # hashes, never text. Defaults keep data written before they existed readable.
+    prompt_chars: int | None = None
+    prefix_hashes: tuple[str, ...] = ()
+    cache_breakpoint_chars: int | None = None
+    cache_breakpoint_tokens: int | None = None
+    request_shingles: tuple[int, ...] = ()
+    output_shingles: tuple[int, ...] = ()
+    output_digests: tuple[int, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -95,7 +110,7 @@ class CallMetrics:
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
-                if f.name == "notes":
+                if f.default is not MISSING:
                     continue
                 raise KeyError(f"CallMetrics.from_dict: missing {f.name!r}")
             value = data[f.name]
@@ -116,6 +131,7 @@ class _Scan:
     terminal: bool = False
     model: str | None = None
     notes: list[str] = field(default_factory=list)
+    output: OutputText = field(default_factory=OutputText)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -127,7 +143,9 @@ def call_metrics(record: WireRecord) -> CallMetrics:
     be read is absent and said so in `notes`."""
     t0 = record.t_start_ns
     endpoint, host = _split_url(record.url)
-    model, asked_stream = _request_fields(record.request_body)
+    payload = _json_object(record.request_body)
+    model, asked_stream = _request_fields(payload)
+    prompt = request_print(payload)
     body = decode_reads(record.reads, record.content_encoding)
     scan = _Scan(api=api_from_path(endpoint))
     if body.opaque is not None:
@@ -166,6 +184,7 @@ def call_metrics(record: WireRecord) -> CallMetrics:
     flagged = 0 if record.prefetched else _consumer_bound_chunks(record, reads_with_content)
 
     error, detail = _error(record, scan)
+    out_shingles, out_digests = output_print(scan.output.pieces())
     channels: list[str] = []
     for _, _, chs in content:
         channels.extend(c for c in chs if c not in channels)
@@ -202,6 +221,13 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         t_start_ns=t0,
         t_end_ns=_t_end(record),
         notes=tuple(scan.notes),
+        prompt_chars=prompt.chars,
+        prefix_hashes=prompt.prefix_hashes,
+        cache_breakpoint_chars=prompt.breakpoint_chars,
+        cache_breakpoint_tokens=estimated_tokens(prompt.breakpoint_chars),
+        request_shingles=prompt.shingles,
+        output_shingles=out_shingles,
+        output_digests=out_digests,
     )
 
 
@@ -215,8 +241,7 @@ def _split_url(url: str) -> tuple[str, str]:
     return parts.path or "/", f"{host}:{port}" if port is not None else host
 
 
-def _request_fields(body: bytes) -> tuple[str | None, bool]:
-    payload = _json_object(body)
+def _request_fields(payload: dict[str, Any] | None) -> tuple[str | None, bool]:
     if payload is None:
         return None, False
     model = payload.get("model")
@@ -278,6 +303,7 @@ def _scan_sse(scan: _Scan, body: DecodedBody) -> None:
             if event.event == "error" and scan.error is None:
                 scan.error, scan.error_message = "error", event.data[:200] or None
             continue
+        scan.output.feed_event(payload)
         info = classify_event(scan.api, event.event, payload)
         if info.channels:
             scan.content.append((event.t_ns, event.read, info.channels))
@@ -305,6 +331,7 @@ def _scan_json(scan: _Scan, data: bytes) -> None:
         return
     if scan.api == UNKNOWN:
         scan.api = api_from_payload(payload)
+    scan.output.feed_body(payload)
     info = classify_body(scan.api, payload)
     scan.usage = UsageTracker(anthropic=scan.api == ANTHROPIC_MESSAGES)
     scan.usage.update(info.usage)

@@ -31,6 +31,7 @@ from pytest_latency.plugin._sampling import (
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
+from pytest_latency.plugin import _outputs
 from pytest_latency.plugin._settings import MARKER_DESC, add_options, read_settings
 from pytest_latency.plugin._state import COLLECTOR_NAME, RUN_KEY, SETTINGS_KEY, RunState
 
@@ -56,11 +57,15 @@ __all__ = [
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    _outputs.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DESC)
     settings = read_settings(config)
+    # Every usage error (budgets file, output paths, baseline) is raised before any side effect.
+    is_controller = not hasattr(config, "workerinput")  # xdist workers report, never write
+    outputs = _outputs.read_outputs(config) if is_controller else None
     config.stash[SETTINGS_KEY] = settings
     run = RunState()
     config.stash[RUN_KEY] = run
@@ -68,8 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     attribution.set_fallback(run.session_recording.sink)
     if settings.capture == "auto":
         run.uninstall_auto_capture = capture.install_auto_capture()
-    if not hasattr(config, "workerinput"):  # pytest-xdist workers report; the controller collects
-        config.pluginmanager.register(LatencyCollector(run, settings), COLLECTOR_NAME)
+    if outputs is not None:
+        config.pluginmanager.register(LatencyCollector(run, settings, outputs), COLLECTOR_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -8,25 +8,32 @@ judges the `[session]` budgets over every kept call and fails the run on a miss.
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
 from pytest_latency.aggregate import Judgement, judge_pooled, summarise
+from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
 from pytest_latency.plugin._state import REPORT_ATTRIBUTE, RunState, Settings
 
 
 class LatencyCollector:
-    def __init__(self, run: RunState, settings: Settings) -> None:
+    def __init__(self, run: RunState, settings: Settings, outputs: Outputs) -> None:
         self._run = run
         self._settings = settings
+        self._outputs = outputs
+        self._started = datetime.datetime.now(datetime.timezone.utc)
+        self._reported: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, REPORT_ATTRIBUTE, None)
         if data is None or report.when != "call":
             return
         data = {**data, "outcome": report.outcome}
+        self._reported.add(report.nodeid)
         self._run.tests.append(data)
         self._run.summaries.append(summarise(data, outcome=report.outcome))
 
@@ -43,7 +50,55 @@ class LatencyCollector:
             # here makes it TESTS_FAILED like any failing test.
             if not all(j.passed for j in judgements):
                 session.testsfailed += 1
+        if self._outputs.baseline is not None:
+            self._compare_with_baseline(session)
         return result
+
+    def _result(self, session: pytest.Session, *, partial: bool) -> dict[str, Any]:
+        from pytest_latency.results import build_result
+
+        return build_result(
+            self._run.tests,
+            session={
+                "budgets": [j.to_dict() for j in self._run.session_judgements],
+                "partial": partial,
+            },
+            run=run_info(session.config, self._started),
+        )
+
+    def _compare_with_baseline(self, session: pytest.Session) -> None:
+        from pytest_latency.results import compare_results
+
+        assert self._outputs.baseline is not None
+        budgeted = {t["nodeid"] for t in self._run.tests if t.get("budgets")}
+        head = self._result(session, partial=False)
+        comparison = compare_results(
+            self._outputs.baseline, head, tolerance=self._outputs.tolerance
+        )
+        for change in comparison.regressions:
+            if change.nodeid not in budgeted:
+                continue
+            worst = max(c for c in (change.change_p50, change.change_p95) if c is not None)
+            self._run.regressions.append(
+                f"{change.nodeid}: {change.metric} slower than the baseline by {worst:+.0%} "
+                f"(p={change.p_value:.3g})"
+            )
+        if self._run.regressions:
+            session.testsfailed += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        current = self._run.current
+        if current is not None and current.nodeid not in self._reported:
+            # Ctrl-C inside a test: keep what it measured, marked as such.
+            self._run.tests.append({**current.to_data(), "outcome": "interrupted"})
+        if not self._outputs.wanted:
+            return
+        try:
+            result = self._result(session, partial=interrupted)
+            self._run.written = write_outputs(self._outputs, result)
+        except Exception as exc:  # a reporting failure must not hide the test results
+            self._run.written = [f"pytest-latency could not write its outputs: {exc!r}"]
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         from pytest_latency.terminal import summary_lines
@@ -52,6 +107,7 @@ class LatencyCollector:
             terminalreporter.write_sep("=", "latency summary")
             for line in summary_lines(self._run.summaries):
                 terminalreporter.write_line(line)
+        self._write_findings(terminalreporter)
         judgements: list[Judgement] = self._run.session_judgements
         if judgements:
             terminalreporter.write_sep("-", "latency session budgets")
@@ -66,8 +122,26 @@ class LatencyCollector:
                     red=True,
                     bold=True,
                 )
+        if self._run.regressions:
+            terminalreporter.write_sep("-", "latency regressions against the baseline")
+            for line in self._run.regressions:
+                terminalreporter.write_line(line, red=True)
+        for line in self._run.written:
+            terminalreporter.write_sep("-", line)
         if os.environ.get("GITHUB_ACTIONS") == "true":
             self._annotate(terminalreporter)
+
+    def _write_findings(self, terminalreporter: pytest.TerminalReporter) -> None:
+        from pytest_latency.diagnose import summary_lines as finding_lines
+
+        diagnosed = [(t["nodeid"], t["findings"]) for t in self._run.tests if t.get("findings")]
+        if not diagnosed:
+            return
+        terminalreporter.write_sep("-", "latency diagnosis")
+        for nodeid, findings in diagnosed:
+            terminalreporter.write_line(nodeid)
+            for line in finding_lines(findings):
+                terminalreporter.write_line(f"  {line}")
 
     def _annotate(self, terminalreporter: pytest.TerminalReporter) -> None:
         """GitHub error annotations on the test's file and line for each missed budget."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_latency import attribution
+from pytest_latency import attribution, diagnose
 from pytest_latency.aggregate import Judgement, judge, kept_calls
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.plugin._state import (
@@ -24,6 +24,7 @@ from pytest_latency.plugin._state import (
     PLUGIN_NAME,
     RECORDING_KEY,
     REPORT_ATTRIBUTE,
+    RUN_KEY,
     SETTINGS_KEY,
     SamplingPlan,
     Settings,
@@ -115,8 +116,14 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     recording = Recording(item.nodeid)
     item.stash[RECORDING_KEY] = recording
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.current = recording
     with attribution.routing_to(recording.sink):
-        return (yield)
+        result = yield
+    if run is not None:
+        run.current = None
+    return result
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -170,6 +177,9 @@ def pytest_runtest_makereport(
         _record_properties(item, report, judgements)
         if report.passed:
             _fail_on_misses(report, judgements, data)
+    if data["calls"]:
+        # After the budgets: `too_few_samples` reads them.
+        data["findings"] = diagnose.findings_for_test(data)
     if data["calls"] or data["manual"] or plan is not None:
         setattr(report, REPORT_ATTRIBUTE, data)
     return report

@@ -57,6 +57,10 @@ class RunState:
     uninstall_auto_capture: Any = None
     sim: SimServer | None = None
     session_judgements: list[Any] = field(default_factory=list)
+    # The test running now in this process: an interrupted run still reports what it measured.
+    current: Recording | None = None
+    written: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -1,0 +1,134 @@
+"""The finding: one diagnosis, its stable kind, a plain sentence and the numbers it rests on.
+
+Owns the `Finding` value, the list of stable kinds (DESIGN.md, "findings"), the thresholds every
+check reads (one frozen `Thresholds`, so a caller can tune them and the docs can list them) and
+the number formatting the messages share. Imports only the stdlib.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+PREFILL_BOUND: Final = "prefill_bound"
+DECODE_BOUND: Final = "decode_bound"
+UNSTABLE_PREFIX: Final = "unstable_prefix"
+BELOW_CACHE_MINIMUM: Final = "below_cache_minimum"
+CACHE_FIELDS_ABSENT: Final = "cache_fields_absent"
+SERIAL_INDEPENDENT_CALLS: Final = "serial_independent_calls"
+CONSUMER_BOUND: Final = "consumer_bound"
+# Reserved: no captured field yet says the client queued a request (pool limits, a semaphore);
+# nothing produces this kind until capture records time spent waiting for a connection.
+CLIENT_SATURATED: Final = "client_saturated"
+TOO_FEW_SAMPLES: Final = "too_few_samples"
+KINDS: Final = (
+    PREFILL_BOUND,
+    DECODE_BOUND,
+    UNSTABLE_PREFIX,
+    BELOW_CACHE_MINIMUM,
+    CACHE_FIELDS_ABSENT,
+    SERIAL_INDEPENDENT_CALLS,
+    CONSUMER_BOUND,
+    CLIENT_SATURATED,
+    TOO_FEW_SAMPLES,
+)
+
+# Smallest cacheable prompt prefix, in tokens, per API family (anchors.md §0/§7). Anthropic's is
+# 1,024 for most models, 2,048 for the Haiku models and 4,096 for some newer ones: pass the
+# model's own figure through `Thresholds(cache_min_tokens=...)` when it is not 1,024.
+CACHE_MIN_TOKENS: Final[Mapping[str, int]] = {
+    "anthropic.messages": 1024,
+    "openai.chat": 1024,
+    "openai.responses": 1024,
+    "openai.completions": 1024,
+}
+DEFAULT_CACHE_MIN_TOKENS: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """When a check speaks. Every default is documented in docs/diagnosis.md."""
+
+    # Fewer kept calls (or samples, for per-sample checks) than this: too few to say.
+    min_calls: int = 5
+    # prefill_bound: at least this share of e2e before the first token, and a median uncached
+    # prompt of at least this many tokens (a shorter prompt is not a lever worth pulling).
+    prefill_share: float = 0.5
+    prefill_min_uncached_tokens: int = 1024
+    # decode_bound: at least this share of e2e after the first token, and a median answer of at
+    # least this many output tokens.
+    decode_share: float = 0.75
+    decode_min_output_tokens: int = 256
+    # The fit of ttft on uncached tokens needs a spread of uncached tokens at least this wide
+    # (absolute and relative to the median): a fit over nearly equal sizes is all noise.
+    fit_min_range_tokens: int = 256
+    fit_min_range_fraction: float = 0.2
+    # unstable_prefix: at least this many calls that wrote the cache and read none of it.
+    unstable_min_calls: int = 2
+    # Minimum cacheable prefix, per API (None: CACHE_MIN_TOKENS); an int applies to every API.
+    cache_min_tokens: int | Mapping[str, int] | None = None
+    # serial_independent_calls: the overlap must save at least this much per sample (µs).
+    serial_min_saving_us: float = 1000.0
+
+    def cache_minimum(self, api: str) -> int:
+        if isinstance(self.cache_min_tokens, int):
+            return self.cache_min_tokens
+        table = CACHE_MIN_TOKENS if self.cache_min_tokens is None else self.cache_min_tokens
+        return table.get(api, DEFAULT_CACHE_MIN_TOKENS)
+
+
+DEFAULTS: Final = Thresholds()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One diagnosis: `kind` (a stable name from KINDS), a plain sentence with the numbers it rests
+    on, and those numbers as JSON-able `evidence` (times in µs, shares 0..1)."""
+
+    kind: str
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    scope: str = ""  # "" for a test; a group's name for a group finding
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "message": self.message,
+            "evidence": dict(self.evidence),
+        }
+        if self.scope:
+            out["scope"] = self.scope
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        return cls(
+            kind=str(data["kind"]),
+            message=str(data["message"]),
+            evidence=dict(data.get("evidence", {})),
+            scope=str(data.get("scope", "")),
+        )
+
+
+def ms(us: float) -> str:
+    """A duration for messages: µs in, about three significant digits of ms out."""
+    value = us / 1000
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} ms"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f} ms"
+
+
+def percent(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def too_few(check: str, n: int, needed: int, unit: str = "calls") -> Finding:
+    """The finding that says a check could not speak: it had `n` of the `needed` values."""
+    return Finding(
+        TOO_FEW_SAMPLES,
+        f"{check}: {n} {unit}, too few to say (needs {needed})",
+        {"check": check, "n": n, "needed": needed, "unit": unit},
+    )

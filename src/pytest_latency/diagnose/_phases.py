@@ -1,0 +1,165 @@
+"""Prefill-bound or decode-bound: where a call's time goes, and the lever that follows.
+
+Owns the split of e2e at the first token (the median share of e2e spent before it), the least
+squares fit of ttft on uncached prompt tokens (the cost of prefill per 1k tokens), the decode cost
+(median tpot) and the `prefill_bound` / `decode_bound` findings built on them. Imports only the
+stdlib, `pytest_latency.stats`, `pytest_latency.metrics` and its sibling `_finding`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_latency import stats
+from pytest_latency.diagnose._finding import (
+    DECODE_BOUND,
+    DEFAULTS,
+    PREFILL_BOUND,
+    Finding,
+    Thresholds,
+    ms,
+    percent,
+    too_few,
+)
+from pytest_latency.metrics import CallMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillFit:
+    """ttft ≈ intercept + slope · uncached_tokens over `n` calls (µs, µs per token).
+
+    `slope` in µs per token is numerically the cost in ms per 1k tokens. None when the uncached
+    sizes span too narrow a range to separate the per-token cost from the fixed one (`note`).
+    """
+
+    n: int
+    range_tokens: int
+    intercept: float | None
+    slope: float | None
+    r2: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "range_tokens": self.range_tokens,
+            "intercept_us": self.intercept,
+            "ms_per_1k_uncached_tokens": self.slope,
+            "r2": self.r2,
+            "note": self.note,
+        }
+
+
+def uncached_tokens(call: CallMetrics) -> int | None:
+    """Prompt tokens the server had to prefill: input minus cache reads (all of input when the
+    server reported no cache fields)."""
+    if call.input_tokens is None:
+        return None
+    return max(call.input_tokens - (call.cache_read_tokens or 0), 0)
+
+
+def fit_prefill(calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS) -> PrefillFit:
+    points = [
+        (float(u), c.ttft)
+        for c in calls
+        if c.ttft is not None and (u := uncached_tokens(c)) is not None
+    ]
+    n = len(points)
+    if n < 3:
+        return PrefillFit(n, 0, None, None, None, f"{n} calls with usage: too few to fit")
+    xs = [x for x, _ in points]
+    spread = int(max(xs) - min(xs))
+    needed = max(thresholds.fit_min_range_tokens, thresholds.fit_min_range_fraction * max(xs))
+    if spread < needed:
+        return PrefillFit(
+            n,
+            spread,
+            None,
+            None,
+            None,
+            f"uncached prompt sizes span {spread} tokens (needs {needed:.0f}): vary the prompt "
+            "length to fit the cost per token",
+        )
+    mean_x = sum(xs) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    syy = sum((y - mean_y) ** 2 for _, y in points)
+    slope = sxy / sxx
+    intercept = mean_y - slope * mean_x
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 1.0
+    return PrefillFit(n, spread, intercept, slope, r2, "")
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return stats.percentile(values, 50) if values else None
+
+
+def phase_findings(
+    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
+) -> list[Finding]:
+    """prefill_bound / decode_bound over successful calls (a test's, or a group's pooled)."""
+    streamed = [
+        c
+        for c in calls
+        if c.error is None and c.ttft is not None and c.e2e is not None and c.e2e > 0
+    ]
+    if not streamed:
+        return []  # non-streamed calls have no first token to split at: nothing to say
+    if len(streamed) < thresholds.min_calls:
+        return [too_few("prefill/decode split", len(streamed), thresholds.min_calls)]
+    share = stats.percentile([c.ttft / c.e2e for c in streamed if c.ttft and c.e2e], 50)
+    uncached = [float(u) for c in streamed if (u := uncached_tokens(c)) is not None]
+    outputs = [float(c.output_tokens) for c in streamed if c.output_tokens is not None]
+    tpots = [c.tpot for c in streamed if c.tpot is not None]
+    fit = fit_prefill(streamed, thresholds)
+    median_uncached = _median(uncached)
+    median_output = _median(outputs)
+    decode_us = _median(tpots)
+    evidence: dict[str, Any] = {
+        "n": len(streamed),
+        "share_before_first_token": share,
+        "median_ttft_us": _median([c.ttft for c in streamed if c.ttft is not None]),
+        "median_e2e_us": _median([c.e2e for c in streamed if c.e2e is not None]),
+        "median_uncached_input_tokens": median_uncached,
+        "median_output_tokens": median_output,
+        "decode_us_per_token": decode_us,
+        "prefill_fit": fit.to_dict(),
+    }
+    found: list[Finding] = []
+    if (
+        share >= thresholds.prefill_share
+        and median_uncached is not None
+        and median_uncached >= thresholds.prefill_min_uncached_tokens
+    ):
+        if fit.slope is not None:
+            cost = f"fitted {fit.slope:.2g} ms per 1k uncached tokens, n={fit.n}"
+        else:
+            cost = f"cost per token not fitted: {fit.note}"
+        found.append(
+            Finding(
+                PREFILL_BOUND,
+                f"prefill-bound: {percent(share)} of e2e is before the first token (median of "
+                f"{len(streamed)} streamed calls, median {median_uncached:.0f} uncached prompt "
+                f"tokens); shorten or cache the prompt ({cost})",
+                evidence,
+            )
+        )
+    if (
+        1 - share >= thresholds.decode_share
+        and median_output is not None
+        and median_output >= thresholds.decode_min_output_tokens
+    ):
+        rate = f" at {ms(decode_us)} per token" if decode_us is not None else ""
+        found.append(
+            Finding(
+                DECODE_BOUND,
+                f"decode-bound: {percent(1 - share)} of e2e is after the first token (median of "
+                f"{len(streamed)} streamed calls, median {median_output:.0f} output tokens"
+                f"{rate}); ask for fewer output tokens or use a smaller/faster model",
+                evidence,
+            )
+        )
+    return found

@@ -1,0 +1,160 @@
+"""Serial calls that could have run in parallel, and agent step counts per sample.
+
+Owns the dependency test between two calls of one sample (does the later request carry the earlier
+call's output?), the critical path through those dependencies, the time parallelism would have
+saved, the `serial_independent_calls` finding and the distribution of calls per sample. Imports
+only the stdlib, `pytest_latency.stats`, `pytest_latency.metrics`, `pytest_latency.recording` and
+its sibling `_finding`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_latency import stats
+from pytest_latency.diagnose._finding import (
+    DEFAULTS,
+    SERIAL_INDEPENDENT_CALLS,
+    Finding,
+    Thresholds,
+    ms,
+)
+from pytest_latency.metrics import contains_output
+from pytest_latency.recording import Call
+
+# Pairs listed in the evidence per sample: a 200-step agent would otherwise list thousands.
+MAX_PAIRS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSchedule:
+    """One sample's calls in start order, and what running independent ones together would save.
+
+    `pairs` are (i, j, overlap_us): call j started after call i ended, its request does not carry
+    i's output, and had they started together they would have overlapped for min(duration i,
+    duration j). `busy_us` is the time at least one call was in flight; `critical_us` the longest
+    chain of calls that do depend on each other; `saving_us` = busy − critical (≥ 0).
+    `undetermined` counts later calls whose dependence could not be told (the earlier output was
+    empty or too short to fingerprint): they are treated as dependent.
+    """
+
+    sample: int
+    calls: int
+    pairs: tuple[tuple[int, int, float], ...]
+    busy_us: float
+    critical_us: float
+    saving_us: float
+    undetermined: int
+
+
+def schedule(sample: int, calls: Sequence[Call]) -> SampleSchedule:
+    done = sorted((c for c in calls if not c.failed), key=lambda c: c.attempts[0].t_start_ns)
+    spans = [(c.attempts[0].t_start_ns, c.final.t_end_ns) for c in done]
+    durations = [max(end - start, 0) / 1000 for start, end in spans]
+    pairs: list[tuple[int, int, float]] = []
+    undetermined = 0
+    finish = list(durations)  # earliest finish of each call if only real dependencies held it
+    for j, later in enumerate(done):
+        for i in range(j):
+            if spans[i][1] > spans[j][0]:
+                continue  # they overlapped already: already parallel
+            carried = contains_output(
+                later.final.request_shingles,
+                done[i].final.output_shingles,
+                done[i].final.output_digests,
+            )
+            if carried is False:
+                pairs.append((i, j, min(durations[i], durations[j])))
+                continue
+            if carried is None:
+                undetermined += 1
+            finish[j] = max(finish[j], finish[i] + durations[j])
+    busy = _union_us(spans)
+    critical = max(finish, default=0.0)
+    return SampleSchedule(
+        sample=sample,
+        calls=len(calls),
+        pairs=tuple(pairs),
+        busy_us=busy,
+        critical_us=critical,
+        saving_us=max(busy - critical, 0.0),
+        undetermined=undetermined,
+    )
+
+
+def _union_us(spans: Sequence[tuple[int, int]]) -> float:
+    total = 0
+    end = None
+    for start, stop in sorted(spans):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total / 1000
+
+
+def step_counts(calls: Sequence[Call], samples: int) -> dict[str, Any]:
+    """The `calls` metric (agent step count) per kept sample, as a distribution."""
+    counts = [0] * samples
+    for call in calls:
+        if 0 <= call.sample < samples:
+            counts[call.sample] += 1
+    if not counts:
+        return {"n": 0}
+    values = [float(c) for c in counts]
+    return {
+        "n": len(counts),
+        "min": min(counts),
+        "p50": stats.percentile(values, 50),
+        "p95": stats.percentile(values, 95),
+        "max": max(counts),
+        "mean": sum(values) / len(values),
+    }
+
+
+def serial_findings(
+    calls: Sequence[Call], samples: int, thresholds: Thresholds = DEFAULTS
+) -> list[Finding]:
+    by_sample: dict[int, list[Call]] = {}
+    for call in calls:
+        by_sample.setdefault(call.sample, []).append(call)
+    schedules = [schedule(s, cs) for s, cs in sorted(by_sample.items()) if len(cs) > 1]
+    hits = [s for s in schedules if s.pairs and s.saving_us >= thresholds.serial_min_saving_us]
+    # One sample doing it is a fact about that sample; the finding is about the test, so it needs
+    # the pattern in at least half of the samples that made more than one call.
+    if not hits or 2 * len(hits) < len(schedules):
+        return []
+    savings = [s.saving_us for s in hits]
+    typical = hits[0]
+    saving = stats.percentile(savings, 50)
+    steps = step_counts(calls, samples)
+    pairs_text = ", ".join(f"{i}→{j}" for i, j, _ in typical.pairs[:5])
+    if len(typical.pairs) > 5:
+        pairs_text += ", …"
+    return [
+        Finding(
+            SERIAL_INDEPENDENT_CALLS,
+            f"serial calls that could run in parallel: in {len(hits)} of {len(schedules)} "
+            f"samples a call started after another ended without its request carrying that "
+            f"call's output (sample {typical.sample}: calls {pairs_text}); running them "
+            f"concurrently would save a median {ms(saving)} of "
+            f"{ms(stats.percentile([s.busy_us for s in hits], 50))} in calls per sample "
+            f"(calls per sample: median {steps.get('p50', 0):g}, max {steps.get('max', 0)})",
+            {
+                "samples": len(schedules),
+                "samples_with_pairs": len(hits),
+                "median_saving_us": saving,
+                "max_saving_us": max(savings),
+                "median_busy_us": stats.percentile([s.busy_us for s in hits], 50),
+                "median_critical_path_us": stats.percentile([s.critical_us for s in hits], 50),
+                "example_sample": typical.sample,
+                "example_pairs": [list(p) for p in typical.pairs[:MAX_PAIRS]],
+                "undetermined_pairs": sum(s.undetermined for s in schedules),
+                "calls_per_sample": steps,
+            },
+        )
+    ]

@@ -1,0 +1,201 @@
+"""Output files: the JSON result file, the HTML report, the Markdown summary, and the baseline.
+
+Owns the output options, their validation before any test runs (an unwritable path is a usage
+error, not a lost run), building the result file once at the end on the controller, writing every
+file atomically, appending the Markdown to `$GITHUB_STEP_SUMMARY`, and comparing against a saved
+baseline. `results` and `report` (jinja2) are imported only when a file is asked for.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+JSON_DESC = "Write the run's result file (JSON, schema pytest-latency/1, HDR histograms) to PATH"
+REPORT_DESC = "Write the self-contained HTML report to PATH"
+MARKDOWN_DESC = "Write a Markdown summary fit for a PR comment to PATH"
+SAVE_DESC = "Save this run's result file as a baseline at PATH (same format as --latency-json)"
+BASELINE_DESC = (
+    "Compare each budgeted test's latency with a saved result file; fail the run on a "
+    "regression beyond --latency-tolerance that is statistically significant"
+)
+TOLERANCE_DESC = "Relative change a baseline regression must exceed (default 10%%)"
+
+
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    json: Path | None = None
+    report: Path | None = None
+    markdown: Path | None = None
+    save: Path | None = None
+    baseline: dict[str, Any] | None = None
+    baseline_path: Path | None = None
+    tolerance: float = 0.10
+
+    @property
+    def wanted(self) -> bool:
+        return any((self.json, self.report, self.markdown, self.save, self.baseline))
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("latency")
+    group.addoption("--latency-json", dest="latency_json", metavar="PATH", help=JSON_DESC)
+    group.addoption("--latency-report", dest="latency_report", metavar="PATH", help=REPORT_DESC)
+    group.addoption(
+        "--latency-markdown", dest="latency_markdown", metavar="PATH", help=MARKDOWN_DESC
+    )
+    group.addoption("--latency-save", dest="latency_save", metavar="PATH", help=SAVE_DESC)
+    group.addoption(
+        "--latency-baseline", dest="latency_baseline", metavar="PATH", help=BASELINE_DESC
+    )
+    group.addoption(
+        "--latency-tolerance", dest="latency_tolerance", metavar="PCT", help=TOLERANCE_DESC
+    )
+    parser.addini("latency_json", JSON_DESC, default="")
+    parser.addini("latency_report", REPORT_DESC, default="")
+    parser.addini("latency_markdown", MARKDOWN_DESC, default="")
+
+
+def _path(config: pytest.Config, name: str, *, ini: bool = True) -> Path | None:
+    value = config.getoption(name, default=None)
+    if value is None and ini:
+        value = config.getini(name) or None
+        if value is not None and config.inipath is not None:
+            return config.inipath.parent / str(value)
+    return None if value is None else Path(str(value))
+
+
+def _check_writable(option: str, path: Path) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise pytest.UsageError(f"--{option}={path}: is a directory, expected a file path")
+    if not parent.is_dir():
+        raise pytest.UsageError(f"--{option}={path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise pytest.UsageError(f"--{option}={path}: not writable")
+
+
+def _tolerance(config: pytest.Config) -> float:
+    raw = config.getoption("latency_tolerance", default=None)
+    if raw is None:
+        return 0.10
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise pytest.UsageError(
+            f"--latency-tolerance={raw}: expected a number or a percentage such as 10%"
+        ) from None
+    if not 0 <= value < 10:
+        raise pytest.UsageError(f"--latency-tolerance={raw}: must be between 0% and 1000%")
+    return value
+
+
+def read_outputs(config: pytest.Config) -> Outputs:
+    paths = {
+        "latency-json": _path(config, "latency_json"),
+        "latency-report": _path(config, "latency_report"),
+        "latency-markdown": _path(config, "latency_markdown"),
+        "latency-save": _path(config, "latency_save", ini=False),
+    }
+    for option, path in paths.items():
+        if path is not None:
+            _check_writable(option, path)
+    baseline_path = _path(config, "latency_baseline", ini=False)
+    baseline = None
+    if baseline_path is not None:
+        from pytest_latency.results import ResultError, load_result
+
+        try:
+            baseline = load_result(baseline_path)
+        except ResultError as exc:
+            raise pytest.UsageError(f"--latency-baseline: {exc}") from None
+    return Outputs(
+        json=paths["latency-json"],
+        report=paths["latency-report"],
+        markdown=paths["latency-markdown"],
+        save=paths["latency-save"],
+        baseline=baseline,
+        baseline_path=baseline_path,
+        tolerance=_tolerance(config),
+    )
+
+
+def run_info(config: pytest.Config, started: datetime.datetime) -> dict[str, Any]:
+    versions = {"python": platform.python_version()}
+    for dist in ("pytest-latency", "pytest", "anthropic", "openai", "httpx2", "pytest-xdist"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return {
+        "started": started.isoformat(timespec="seconds"),
+        "duration_s": round((now - started).total_seconds(), 3),
+        "versions": versions,
+        "git": _git(config.rootpath),
+    }
+
+
+def _git(root: Path) -> dict[str, Any] | None:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=5, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    return {
+        "commit": commit,
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def write_outputs(outputs: Outputs, result: dict[str, Any]) -> list[str]:
+    """Write every requested file; return what was written, for the terminal."""
+    from pytest_latency.results import write_result
+
+    written: list[str] = []
+    for path in (outputs.json, outputs.save):
+        if path is not None:
+            write_result(path, result)
+            written.append(f"result file: {path}")
+    if outputs.report is not None:
+        from pytest_latency.report import render_html
+
+        _write_text(outputs.report, render_html(result))
+        written.append(f"HTML report: {outputs.report}")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if outputs.markdown is not None or summary_file:
+        from pytest_latency.report import render_markdown
+
+        markdown = render_markdown(result)
+        if outputs.markdown is not None:
+            _write_text(outputs.markdown, markdown)
+            written.append(f"Markdown summary: {outputs.markdown}")
+        if summary_file:
+            with open(summary_file, "a", encoding="utf-8") as handle:
+                handle.write(markdown + "\n")
+            written.append("Markdown summary appended to $GITHUB_STEP_SUMMARY")
+    return written
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Atomically: a reader (or an interrupted run) never sees half a file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
