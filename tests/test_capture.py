@@ -191,3 +191,65 @@ def test_auto_capture_records_default_transports_once_and_uninstalls() -> None:
         after.get("http://127.0.0.1:9/")
     after.close()
     assert len(records) == 2
+
+
+class _PacedBody(httpx2.SyncByteStream):
+    """A body whose chunks become available every `gap_s`, like a server's decode loop."""
+
+    def __init__(self, chunks: int, gap_s: float) -> None:
+        self._chunks = chunks
+        self._gap_s = gap_s
+
+    def __iter__(self) -> Iterator[bytes]:
+        import time
+
+        for i in range(self._chunks):
+            time.sleep(self._gap_s)
+            yield f"data: {i}\n\n".encode()
+
+
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_read_ahead_stamps_arrivals_at_the_producers_pace(read_ahead: bool) -> None:
+    import time
+
+    records: list[WireRecord] = []
+    transport = capture.wrap_transport(
+        httpx2.MockTransport(
+            lambda r: httpx2.Response(
+                200, headers={"content-type": "text/event-stream"}, stream=_PacedBody(4, 0.005)
+            )
+        ),
+        sink=records.append,
+        read_ahead=read_ahead,
+    )
+    with httpx2.Client(transport=transport) as client:
+        with client.stream("POST", "http://llm.test/v1/chat/completions") as response:
+            for _ in response.iter_raw():
+                time.sleep(0.03)  # a consumer far slower than the producer
+    (record,) = records
+    arrivals = [arrived for _, arrived, _ in record.reads]
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(arrivals)]
+    assert record.read_ahead is read_ahead and record.complete
+    if read_ahead:
+        assert max(gaps_ms) < 25, gaps_ms  # the producer's 5 ms, with room for a busy machine
+    else:
+        assert min(gaps_ms) >= 29, gaps_ms  # the consumer's 30 ms shows through
+
+
+def test_closing_a_read_ahead_stream_early_is_not_an_error() -> None:
+    records: list[WireRecord] = []
+    transport = capture.wrap_transport(
+        httpx2.MockTransport(
+            lambda r: httpx2.Response(
+                200, headers={"content-type": "text/event-stream"}, stream=_PacedBody(50, 0.002)
+            )
+        ),
+        sink=records.append,
+        read_ahead=True,
+    )
+    with httpx2.Client(transport=transport) as client:
+        with client.stream("POST", "http://llm.test/x") as response:
+            for _ in response.iter_raw():
+                break
+    (record,) = records
+    assert record.error is None and record.t_closed_ns is not None

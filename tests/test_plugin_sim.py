@@ -291,3 +291,49 @@ def test_threads_started_by_the_test_are_attributed_to_it(tester: pytest.Pyteste
         """
     )
     tester.runpytest("--latency-sim=instant").assert_outcomes(passed=1)
+
+
+def test_a_slow_consumer_is_flagged_and_read_ahead_restores_the_servers_timing(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        test_inner_slow="""
+        import asyncio
+        import time
+        import pytest
+
+        def ask(client):
+            for _ in client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}], stream=True,
+                stream_options={"include_usage": True}):
+                time.sleep(0.012)  # the test body works on each chunk longer than decode takes
+
+        def test_sync(openai_client, latency, sim, truth_of, request):
+            with latency.sample(warmup=True):
+                ask(openai_client)
+            with latency.sample():
+                ask(openai_client)
+            (call,) = latency.calls
+            truth = truth_of(call)
+            truth_gap = max(truth.itl_ns) / 1000
+            read_ahead = request.config.getoption("latency_read_ahead")
+            if read_ahead:
+                assert not call.final.consumer_bound
+                assert max(call.final.itl) < truth_gap + 5000  # the server's pace, not ours
+            else:
+                assert call.final.consumer_bound
+                assert min(call.final.itl[1:]) > 10_000  # our 12 ms per chunk shows through
+
+        @pytest.mark.asyncio
+        async def test_async(async_openai_client, latency, sim, request):
+            stream = await async_openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}], stream=True)
+            async for _ in stream:
+                await asyncio.sleep(0.012)
+            (call,) = latency.calls
+            read_ahead = request.config.getoption("latency_read_ahead")
+            assert call.final.consumer_bound is (not read_ahead)
+        """
+    )
+    tester.runpytest("--latency-sim=instant").assert_outcomes(passed=2)
+    tester.runpytest("--latency-sim=instant", "--latency-read-ahead").assert_outcomes(passed=2)

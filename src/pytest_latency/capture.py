@@ -13,8 +13,12 @@ May import `wire` and `attribution`; never pytest, never the SDKs.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import importlib
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +30,9 @@ from pytest_latency.wire import WireRecord
 Clock = Callable[[], int]
 
 LIBRARIES = ("httpx2", "httpx")
+
+# Marks the end of a read-ahead body in its queue.
+_END = object()
 
 # Request extension set by a wrapper, so auto-capture underneath it does not record twice.
 _CAPTURED = "pytest_latency.captured"
@@ -160,15 +167,114 @@ def _classes_for(library: str) -> _Classes:
                 self._record.t_closed_ns = self._clock()
             await self._inner.aclose()
 
+    class ReadAheadStream(mod.SyncByteStream):  # type: ignore[misc,name-defined]
+        """Reads the body in a thread as it arrives, whatever the consumer does, so a test body
+        that sleeps or awaits I/O between chunks does not shift the stamps. It cannot help a
+        consumer that holds the GIL (CPU-bound work): that is what the consumer-bound flag is
+        for."""
+
+        def __init__(self, inner: Any, record: WireRecord, clock: Clock) -> None:
+            self._inner = inner
+            self._record = record
+            self._clock = clock
+            self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            self._closing = False
+            record.read_ahead = True
+            threading.Thread(
+                target=self._pump, name="pytest-latency-read-ahead", daemon=True
+            ).start()
+
+        def _pump(self) -> None:
+            record, clock = self._record, self._clock
+            try:
+                for chunk in self._inner:
+                    now = clock()
+                    record.reads.append((now, now, chunk))
+                    self._queue.put(chunk)
+                record.t_eof_ns = clock()
+                self._queue.put(_END)
+            except BaseException as exc:
+                if not self._closing:  # closing early makes the blocked read fail: not an error
+                    _note_error(record, exc, clock)
+                self._queue.put(exc)
+
+        def __iter__(self) -> Iterator[bytes]:
+            while True:
+                item = self._queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+
+        def close(self) -> None:
+            self._closing = True
+            if self._record.t_closed_ns is None:
+                self._record.t_closed_ns = self._clock()
+            self._inner.close()
+
+    class ReadAheadAsyncStream(mod.AsyncByteStream):  # type: ignore[misc,name-defined]
+        """The async read-ahead: a task on the request's event loop fills a queue. It cannot help
+        a consumer that blocks the loop."""
+
+        def __init__(self, inner: Any, record: WireRecord, clock: Clock) -> None:
+            self._inner = inner
+            self._record = record
+            self._clock = clock
+            self._queue: asyncio.Queue[Any] = asyncio.Queue()
+            self._closing = False
+            record.read_ahead = True
+            self._task = asyncio.get_running_loop().create_task(self._pump())
+
+        async def _pump(self) -> None:
+            record, clock = self._record, self._clock
+            try:
+                async for chunk in self._inner:
+                    now = clock()
+                    record.reads.append((now, now, chunk))
+                    self._queue.put_nowait(chunk)
+                record.t_eof_ns = clock()
+                self._queue.put_nowait(_END)
+            except BaseException as exc:
+                if not self._closing:
+                    _note_error(record, exc, clock)
+                self._queue.put_nowait(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+
+        async def aclose(self) -> None:
+            self._closing = True
+            if self._record.t_closed_ns is None:
+                self._record.t_closed_ns = self._clock()
+            if not self._task.done():
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._task
+            await self._inner.aclose()
+
     class LatencyTransport(mod.BaseTransport):  # type: ignore[misc,name-defined]
         """Wraps any transport of this library; records every attempt through `sink`."""
 
         def __init__(
-            self, inner: Any, sink: Sink = route, clock: Clock = time.perf_counter_ns
+            self,
+            inner: Any,
+            sink: Sink = route,
+            clock: Clock = time.perf_counter_ns,
+            read_ahead: bool = False,
         ) -> None:
             self.inner = inner
             self._sink = sink
             self._clock = clock
+            self._stream_class = ReadAheadStream if read_ahead else TimedStream
 
         def handle_request(self, request: Any) -> Any:
             request.extensions[_CAPTURED] = True
@@ -180,7 +286,7 @@ def _classes_for(library: str) -> _Classes:
                 _note_error(record, exc, self._clock)
                 raise
             if not _note_headers(record, response, self._clock):
-                response.stream = TimedStream(response.stream, record, self._clock)
+                response.stream = self._stream_class(response.stream, record, self._clock)
             return response
 
         def close(self) -> None:
@@ -190,11 +296,16 @@ def _classes_for(library: str) -> _Classes:
         """Wraps any async transport of this library; records every attempt through `sink`."""
 
         def __init__(
-            self, inner: Any, sink: Sink = route, clock: Clock = time.perf_counter_ns
+            self,
+            inner: Any,
+            sink: Sink = route,
+            clock: Clock = time.perf_counter_ns,
+            read_ahead: bool = False,
         ) -> None:
             self.inner = inner
             self._sink = sink
             self._clock = clock
+            self._async_stream_class = ReadAheadAsyncStream if read_ahead else TimedAsyncStream
 
         async def handle_async_request(self, request: Any) -> Any:
             request.extensions[_CAPTURED] = True
@@ -206,27 +317,49 @@ def _classes_for(library: str) -> _Classes:
                 _note_error(record, exc, self._clock)
                 raise
             if not _note_headers(record, response, self._clock):
-                response.stream = TimedAsyncStream(response.stream, record, self._clock)
+                response.stream = self._async_stream_class(response.stream, record, self._clock)
             return response
 
         async def aclose(self) -> None:
             await self.inner.aclose()
 
     class DualLatencyTransport(LatencyTransport, AsyncLatencyTransport):
-        pass
+        def __init__(
+            self,
+            inner: Any,
+            sink: Sink = route,
+            clock: Clock = time.perf_counter_ns,
+            read_ahead: bool = False,
+        ) -> None:
+            LatencyTransport.__init__(self, inner, sink, clock, read_ahead)
+            AsyncLatencyTransport.__init__(self, inner, sink, clock, read_ahead)
 
-    classes = (TimedStream, TimedAsyncStream, LatencyTransport, AsyncLatencyTransport)
+    classes = (
+        TimedStream,
+        TimedAsyncStream,
+        ReadAheadStream,
+        ReadAheadAsyncStream,
+        LatencyTransport,
+        AsyncLatencyTransport,
+    )
     for cls in (*classes, DualLatencyTransport):
         cls.__module__ = __name__
         cls.__qualname__ = f"{cls.__name__}[{library}]"
     return _Classes(LatencyTransport, AsyncLatencyTransport, DualLatencyTransport)
 
 
-def wrap_transport(inner: Any, *, sink: Sink = route, clock: Clock = time.perf_counter_ns) -> Any:
+def wrap_transport(
+    inner: Any,
+    *,
+    sink: Sink = route,
+    clock: Clock = time.perf_counter_ns,
+    read_ahead: bool = False,
+) -> Any:
     """Return `inner` wrapped so that every request through it is recorded.
 
     Works for sync and async transports of httpx2 and httpx (told apart by their base classes);
-    an already wrapped transport is returned unchanged.
+    an already wrapped transport is returned unchanged. `read_ahead` reads each body as it
+    arrives (a thread, or a task on the request's loop) instead of when the consumer asks.
     """
     if is_wrapped(inner):
         return inner
@@ -235,11 +368,11 @@ def wrap_transport(inner: Any, *, sink: Sink = route, clock: Clock = time.perf_c
         classes = _classes_for(library)
         is_async = isinstance(inner, mod.AsyncBaseTransport)
         if is_async and isinstance(inner, mod.BaseTransport):
-            return classes.dual_transport(inner, sink, clock)
+            return classes.dual_transport(inner, sink, clock, read_ahead)
         if is_async:
-            return classes.async_transport(inner, sink, clock)
+            return classes.async_transport(inner, sink, clock, read_ahead)
         if isinstance(inner, mod.BaseTransport):
-            return classes.transport(inner, sink, clock)
+            return classes.transport(inner, sink, clock, read_ahead)
     raise TypeError(f"cannot capture {type(inner).__qualname__}: not an httpx2 or httpx transport")
 
 
@@ -267,32 +400,47 @@ def _loaded_libraries(obj: Any) -> list[str]:
 
 
 def instrument_http_client(
-    http_client: Any, *, sink: Sink = route, clock: Clock = time.perf_counter_ns
+    http_client: Any,
+    *,
+    sink: Sink = route,
+    clock: Clock = time.perf_counter_ns,
+    read_ahead: bool = False,
 ) -> Any:
     """Wrap an httpx2/httpx `Client` or `AsyncClient` in place: its transport and every mount.
 
     Wrapping after construction keeps what the client built for itself (the SDKs' TCP keepalive
     socket options, proxies from the environment); passing `transport=` would drop them.
     """
-    http_client._transport = wrap_transport(http_client._transport, sink=sink, clock=clock)
+
+    def wrap(transport: Any) -> Any:
+        return wrap_transport(transport, sink=sink, clock=clock, read_ahead=read_ahead)
+
+    http_client._transport = wrap(http_client._transport)
     http_client._mounts = {
-        pattern: (None if t is None else wrap_transport(t, sink=sink, clock=clock))
-        for pattern, t in http_client._mounts.items()
+        pattern: (None if t is None else wrap(t)) for pattern, t in http_client._mounts.items()
     }
     return http_client
 
 
-def instrument(client: Any, *, sink: Sink = route, clock: Clock = time.perf_counter_ns) -> Any:
+def instrument(
+    client: Any,
+    *,
+    sink: Sink = route,
+    clock: Clock = time.perf_counter_ns,
+    read_ahead: bool = False,
+) -> Any:
     """Instrument an SDK client (anthropic, openai, any Stainless-built SDK) or an HTTP client.
 
     Returns the same object, so `client = instrument(Anthropic())` reads naturally.
+    `read_ahead=True` reads response bodies as they arrive rather than when the test asks for
+    them: for test bodies that sleep or await other I/O while streaming.
     """
     http_client = getattr(client, "_client", None)
     if http_client is not None and hasattr(http_client, "_transport"):
-        instrument_http_client(http_client, sink=sink, clock=clock)
+        instrument_http_client(http_client, sink=sink, clock=clock, read_ahead=read_ahead)
         return client
     if hasattr(client, "_transport") and hasattr(client, "_mounts"):
-        return instrument_http_client(client, sink=sink, clock=clock)
+        return instrument_http_client(client, sink=sink, clock=clock, read_ahead=read_ahead)
     raise TypeError(
         f"cannot instrument {type(client).__qualname__}: expected an anthropic/openai client "
         "or an httpx2/httpx Client/AsyncClient"
@@ -300,7 +448,7 @@ def instrument(client: Any, *, sink: Sink = route, clock: Clock = time.perf_coun
 
 
 def install_auto_capture(
-    *, sink: Sink = route, clock: Clock = time.perf_counter_ns
+    *, sink: Sink = route, clock: Clock = time.perf_counter_ns, read_ahead: bool = False
 ) -> Callable[[], None]:
     """Capture every request through the default transports of httpx2 and httpx (those importable).
 
@@ -316,7 +464,9 @@ def install_auto_capture(
         except ImportError:
             continue
         classes = _classes_for(library)
-        undo.append(_patch(mod.HTTPTransport, "handle_request", classes.transport, sink, clock))
+        undo.append(
+            _patch(mod.HTTPTransport, "handle_request", classes.transport, sink, clock, read_ahead)
+        )
         undo.append(
             _patch(
                 mod.AsyncHTTPTransport,
@@ -324,6 +474,7 @@ def install_auto_capture(
                 classes.async_transport,
                 sink,
                 clock,
+                read_ahead,
             )
         )
 
@@ -343,7 +494,12 @@ class _Unpatched:
 
 
 def _patch(
-    cls: type[Any], name: str, wrapper_cls: type[Any], sink: Sink, clock: Clock
+    cls: type[Any],
+    name: str,
+    wrapper_cls: type[Any],
+    sink: Sink,
+    clock: Clock,
+    read_ahead: bool,
 ) -> Callable[[], None]:
     original = cls.__dict__[name]
 
@@ -352,16 +508,16 @@ def _patch(
         def patched(self: Any, request: Any) -> Any:
             if request.extensions.get(_CAPTURED):
                 return original(self, request)
-            return wrapper_cls(_Unpatched(self, original, name), sink, clock).handle_request(
-                request
-            )
+            return wrapper_cls(
+                _Unpatched(self, original, name), sink, clock, read_ahead
+            ).handle_request(request)
 
     else:
 
         async def patched(self: Any, request: Any) -> Any:  # type: ignore[misc]
             if request.extensions.get(_CAPTURED):
                 return await original(self, request)
-            wrapper = wrapper_cls(_Unpatched(self, original, name), sink, clock)
+            wrapper = wrapper_cls(_Unpatched(self, original, name), sink, clock, read_ahead)
             return await wrapper.handle_async_request(request)
 
     setattr(cls, name, patched)

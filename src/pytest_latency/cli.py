@@ -1,9 +1,11 @@
 """The `pytest-latency` console script.
 
 Owns command-line parsing and dispatch for the standalone commands: `sim` (serve the simulated
-LLM endpoint) today; `report`, `merge` and `compare` join it as the result file lands. Each
-subcommand is a thin layer over a library module. May import `sim` and the result-file modules;
-never pytest, never `plugin`.
+LLM endpoint), `report` (HTML and Markdown from a result file), `merge` (CI shards into one
+result file) and `compare` (a Markdown diff of two runs that fails on a significant
+regression). Each subcommand is a thin layer over a library module; heavy modules are imported
+by the command that needs them. A bad input file is one line on stderr and exit status 2, never
+a traceback. May import `sim`, `results` and `report`; never pytest, never `plugin`.
 """
 
 from __future__ import annotations
@@ -11,8 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pytest_latency import __version__
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,21 +36,124 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the simulated LLM endpoint on loopback until interrupted.",
     )
     add_sim_arguments(sim)
+
+    report = commands.add_parser(
+        "report",
+        help="render the HTML report (and a Markdown summary) from a result file",
+        description="Render a self-contained HTML report from a --latency-json result file.",
+    )
+    report.add_argument("result", metavar="RESULT.json")
+    report.add_argument("-o", "--output", metavar="REPORT.html", help="HTML file to write")
+    report.add_argument("--markdown", metavar="OUT.md", help="also write a Markdown summary")
+
+    merge = commands.add_parser(
+        "merge",
+        help="merge the result files of CI shards into one",
+        description="Merge result files (exact histogram merge); tests are concatenated.",
+    )
+    merge.add_argument("results", metavar="RESULT.json", nargs="+")
+    merge.add_argument("-o", "--output", metavar="ALL.json", required=True)
+
+    compare = commands.add_parser(
+        "compare",
+        help="compare two runs; exit 1 on a significant regression",
+        description=(
+            "Compare HEAD against BASE per test and metric (ttft, tpot, itl, e2e). A regression "
+            "is a p50 or p95 slower by more than the tolerance and significant by a one-sided "
+            "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input."
+        ),
+    )
+    compare.add_argument("base", metavar="BASE.json")
+    compare.add_argument("head", metavar="HEAD.json")
+    compare.add_argument(
+        "--tolerance",
+        default="10%",
+        type=_tolerance,
+        help="relative slowdown ignored as noise, e.g. 10%% or 0.1 (default: 10%%)",
+    )
+    compare.add_argument("-o", "--output", metavar="DIFF.md", help="write the Markdown here")
     return parser
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a tolerance: {text!r} (try 10%)") from None
+    if not 0 <= value < 10:
+        raise argparse.ArgumentTypeError(f"tolerance out of range: {text!r}")
+    return value
+
+
+def _fail(message: str) -> int:
+    print(f"pytest-latency: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _write(path: str, text: str) -> None:
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pytest_latency.report import render_html, render_markdown
+    from pytest_latency.results import load_result
+
+    result = load_result(args.result)
+    if not args.output and not args.markdown:
+        return _fail("report: give -o REPORT.html and/or --markdown OUT.md")
+    if args.output:
+        _write(args.output, render_html(result))
+    if args.markdown:
+        _write(args.markdown, render_markdown(result))
+    return EXIT_OK
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from pytest_latency.results import load_result, merge_results, write_result
+
+    merged = merge_results([load_result(p) for p in args.results])
+    write_result(args.output, merged)
+    return EXIT_OK
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pytest_latency.report import render_comparison
+    from pytest_latency.results import compare_results, load_result
+
+    base, head = load_result(args.base), load_result(args.head)
+    comparison = compare_results(base, head, tolerance=args.tolerance)
+    text = render_comparison(comparison, base=args.base, head=args.head)
+    if args.output:
+        _write(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    # `sim` is the only command so far; argparse rejects anything else.
-    from pytest_latency.sim import SimSettingsError, model_from_args, serve
+    if args.command == "sim":
+        from pytest_latency.sim import SimSettingsError, model_from_args, serve
 
+        try:
+            model = model_from_args(args)
+        except SimSettingsError as exc:
+            parser.error(str(exc))
+        serve(model, args.host, args.port)
+        return EXIT_OK
+    from pytest_latency.results import ResultError
+
+    handlers = {"report": _report, "merge": _merge, "compare": _compare}
     try:
-        model = model_from_args(args)
-    except SimSettingsError as exc:
-        parser.error(str(exc))
-    serve(model, args.host, args.port)
-    return 0
+        return handlers[args.command](args)
+    except ResultError as exc:
+        return _fail(str(exc))
+    except OSError as exc:  # an output path that cannot be written
+        return _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    except (KeyError, TypeError, ValueError) as exc:
+        # Valid JSON with the right schema tag but a damaged body (hand-edited, truncated blob).
+        return _fail(f"malformed result file: {type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ counters (~1-2 ms), and `get_mean_value` ~90 ms, so the mean here comes from a r
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -149,6 +150,22 @@ class LatencyHistogram:
                 width = hdr.get_highest_equivalent_value(value) - low + 1
                 total += count * (low + width // 2)  # the bucket's midpoint, as hdrh's mean
         return float(total)
+
+    def buckets(self) -> list[tuple[float, int]]:
+        """The non-empty buckets in ascending order: (the bucket's highest equivalent value,
+        count), i.e. the values `percentile` reports, so a reader can redraw the distribution
+        or regenerate values from a decoded histogram (e.g. for a rank test)."""
+        hdr = self._hdr
+        raw = bytes(hdr.counts)
+        width = len(raw) // max(len(hdr.counts), 1)
+        # Find the non-zero counters in C (a regex over the raw bytes) rather than looping over
+        # all 23,552 of them in Python: ~0.1 ms instead of ~2.5 ms per histogram.
+        indices = sorted({m.start() // width for m in re.finditer(rb"[^\x00]", raw)})
+        out: list[tuple[float, int]] = []
+        for index in indices:
+            value = hdr.get_value_from_index(index)
+            out.append((float(hdr.get_highest_equivalent_value(value)), int(hdr.counts[index])))
+        return out
 
     def merge(self, other: LatencyHistogram) -> None:
         """Add every value of `other` into this histogram (exact: same bucket layout)."""

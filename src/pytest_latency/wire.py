@@ -41,6 +41,9 @@ class WireRecord:
     # The body was already in memory when the transport returned (e.g. a mock built with content=):
     # the reads carry no arrival times worth anything.
     prefetched: bool = False
+    # The body was read as it arrived (the read-ahead option), not when the consumer asked:
+    # asked == arrived in every read, and the consumer-bound detector does not apply.
+    read_ahead: bool = False
 
     @property
     def complete(self) -> bool:

@@ -181,7 +181,9 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         e2e = us(record.t_headers_ns if record.prefetched else record.t_eof_ns)
 
     reads_with_content = sorted({read for _, read, _ in content})
-    flagged = 0 if record.prefetched else _consumer_bound_chunks(record, reads_with_content)
+    # Read-ahead stamps arrivals in its own thread or task: the consumer's pace is not in them.
+    paced_by_consumer = not (record.prefetched or record.read_ahead)
+    flagged = _consumer_bound_chunks(record, reads_with_content) if paced_by_consumer else 0
 
     error, detail = _error(record, scan)
     out_shingles, out_digests = output_print(scan.output.pieces())

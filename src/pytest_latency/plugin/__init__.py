@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_latency import attribution, capture
+from pytest_latency.plugin import _outputs
 from pytest_latency.plugin._collector import LatencyCollector
 from pytest_latency.plugin._fixtures import (
     anthropic_client,
@@ -31,7 +32,6 @@ from pytest_latency.plugin._sampling import (
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
-from pytest_latency.plugin import _outputs
 from pytest_latency.plugin._settings import MARKER_DESC, add_options, read_settings
 from pytest_latency.plugin._state import COLLECTOR_NAME, RUN_KEY, SETTINGS_KEY, RunState
 
@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Calls made outside any test (session fixtures, collection) are kept, never dropped.
     attribution.set_fallback(run.session_recording.sink)
     if settings.capture == "auto":
-        run.uninstall_auto_capture = capture.install_auto_capture()
+        run.uninstall_auto_capture = capture.install_auto_capture(read_ahead=settings.read_ahead)
     if outputs is not None:
         config.pluginmanager.register(LatencyCollector(run, settings, outputs), COLLECTOR_NAME)
 

@@ -79,7 +79,12 @@ def _sdk_client(request: pytest.FixtureRequest, provider: str, *, is_async: bool
     sdk = pytest.importorskip(provider, reason=f"this fixture needs the `{provider}` package")
     endpoint = _endpoint(request.config, provider)
     client_class = getattr(sdk, _SDK_CLASSES[provider, is_async])
-    return capture.instrument(client_class(base_url=endpoint.base_url, api_key=endpoint.api_key))
+    client = client_class(base_url=endpoint.base_url, api_key=endpoint.api_key)
+    return capture.instrument(client, read_ahead=_read_ahead(request.config))
+
+
+def _read_ahead(config: pytest.Config) -> bool:
+    return config.stash[SETTINGS_KEY].read_ahead
 
 
 @pytest.fixture
@@ -156,7 +161,10 @@ def latency_http_client(request: pytest.FixtureRequest) -> Iterator[Any]:
     Ollama); its base URL is the OpenAI base URL in effect (simulator, CLI/ini, OPENAI_BASE_URL)."""
     import httpx2
 
-    client = capture.instrument(httpx2.Client(base_url=_http_base_url(request.config), timeout=600))
+    client = capture.instrument(
+        httpx2.Client(base_url=_http_base_url(request.config), timeout=600),
+        read_ahead=_read_ahead(request.config),
+    )
     yield client
     client.close()
 
@@ -168,7 +176,8 @@ def latency_async_http_client(request: pytest.FixtureRequest) -> Any:
     import httpx2
 
     return capture.instrument(
-        httpx2.AsyncClient(base_url=_http_base_url(request.config), timeout=600)
+        httpx2.AsyncClient(base_url=_http_base_url(request.config), timeout=600),
+        read_ahead=_read_ahead(request.config),
     )
 
 

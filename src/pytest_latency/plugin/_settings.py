@@ -37,6 +37,11 @@ POLICY_DESC = (
     "samples up to max_samples) does: 'estimate' decides by the point estimate (default), "
     "'pass' fails only confident misses, 'fail' demands confident passes"
 )
+READ_AHEAD_DESC = (
+    "Read response bodies as they arrive (a thread or task per stream) rather than when the "
+    "test asks for them: exact token timings for test bodies that sleep or await other I/O "
+    "while streaming (not for CPU-bound ones)"
+)
 MARKER_DESC = (
     "latency(*expectations, samples=1, warmup=0, max_samples=None): judge the LLM calls of this "
     "test against budget expressions such as 'ttft.p95 < 400ms'; run the body warmup + samples "
@@ -88,7 +93,15 @@ def add_options(parser: pytest.Parser) -> None:
         type=_choice(POLICIES, "policy"),
         help=POLICY_DESC,
     )
+    group.addoption(
+        "--latency-read-ahead",
+        dest="latency_read_ahead",
+        action="store_true",
+        default=None,
+        help=READ_AHEAD_DESC,
+    )
     parser.addini("latency_capture", CAPTURE_DESC, default="fixtures")
+    parser.addini("latency_read_ahead", READ_AHEAD_DESC, type="bool", default=False)
     parser.addini("latency_sim", SIM_DESC, default="")
     parser.addini("latency_anthropic_base_url", ANTHROPIC_URL_DESC, default="")
     parser.addini("latency_openai_base_url", OPENAI_URL_DESC, default="")
@@ -163,4 +176,8 @@ def read_settings(config: pytest.Config) -> Settings:
         or _ini(config, "latency_openai_base_url"),
         budget_file=_load_budgets(config),
         policy=policy or DEFAULT_POLICY,
+        read_ahead=bool(
+            config.getoption("latency_read_ahead", default=None)
+            or config.getini("latency_read_ahead")
+        ),
     )

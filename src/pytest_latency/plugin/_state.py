@@ -31,6 +31,7 @@ class Settings:
     openai_base_url: str | None
     budget_file: BudgetFile | None
     policy: str
+    read_ahead: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,189 @@
+"""Markdown for pull-request comments: the run summary and the diff of two runs.
+
+Owns the Markdown layout and the escaping of everything that came from the run (node ids carry
+arbitrary parametrize ids: `|` would split a table cell, `<script>` would reach the page as HTML
+on some renderers, `*`/`_`/`` ` `` would restyle the text). May import `results` and `_format`;
+never jinja2.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_latency.report import _format as fmt
+from pytest_latency.results import Comparison, MetricChange, budget_status, verdict_counts
+
+MAX_ROWS = 200
+_MARKDOWN_SPECIAL = "\\`*_{}[]()#+!|~<>"
+
+
+def escape(text: str) -> str:
+    """Plain text safe in a Markdown table cell: HTML-escaped, then Markdown punctuation
+    backslash-escaped, newlines flattened."""
+    out = html.escape(" ".join(str(text).split()), quote=False)
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIAL else ch for ch in out)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    return lines
+
+
+def _stat(test: Mapping[str, Any], metric: str, key: str) -> str:
+    block = test.get("metrics", {}).get(metric)
+    return fmt.value(block.get("unit", "us"), block.get(key)) if block else fmt.ABSENT
+
+
+def _cache(ratio: Mapping[str, Any]) -> str:
+    return fmt.ratio(ratio.get("value")) if ratio.get("cache_fields") == "reported" else "absent"
+
+
+def _test_verdict(test: Mapping[str, Any]) -> str:
+    statuses = {budget_status(b) for b in test.get("budgets", [])}
+    for status in ("fail", "inconclusive", "pass"):
+        if status in statuses:
+            return status
+    return "–"
+
+
+def render_markdown(result: Mapping[str, Any]) -> str:
+    """A summary fit for a PR comment: verdict line, failing budgets, one row per test."""
+    counts = verdict_counts(result)
+    total = sum(counts.values())
+    tests = result.get("tests", [])
+    if counts["fail"]:
+        head = f"❌ **pytest-latency: {counts['fail']} of {total} latency budgets failed**"
+    elif counts["inconclusive"]:
+        head = f"⚠️ **pytest-latency: no budget failed; {counts['inconclusive']} not confident**"
+    elif total:
+        head = f"✅ **pytest-latency: all {total} latency budgets passed**"
+    else:
+        head = "**pytest-latency: no latency budgets**"
+    calls = result.get("session", {}).get("call_count", 0)
+    lines = [
+        head,
+        "",
+        f"{counts['fail']} failed · {counts['pass']} passed · {counts['inconclusive']} "
+        f"inconclusive — {len(tests)} tests, {calls} calls"
+        + (" — **partial run**" if result.get("run", {}).get("partial") else ""),
+        "",
+    ]
+    failing = [
+        (test["nodeid"], b)
+        for test in tests
+        for b in test.get("budgets", [])
+        if budget_status(b) == "fail"
+    ]
+    failing += [
+        ("(session)", b)
+        for b in result.get("session", {}).get("budgets", [])
+        if budget_status(b) == "fail"
+    ]
+    if failing:
+        lines += ["### Failing budgets", ""]
+        lines += _table(
+            ("test", "budget", "estimate", "budget", "over by", "interval", "n"),
+            [
+                (
+                    escape(nodeid),
+                    escape(b["expr"]),
+                    escape(b.get("estimate_text") or fmt.ABSENT),
+                    escape(b.get("threshold_text") or fmt.ABSENT),
+                    fmt.change(b.get("excess")),
+                    escape(b.get("interval_text") or "exact"),
+                    str(b.get("n", 0)),
+                )
+                for nodeid, b in failing[:MAX_ROWS]
+            ],
+        )
+        lines.append("")
+    if tests:
+        lines += ["### Tests", ""]
+        shown = sorted(tests, key=lambda t: {"fail": 0, "inconclusive": 1}.get(_test_verdict(t), 2))
+        lines += _table(
+            ("test", "n", "ttft p50", "ttft p95", "tpot p50", "e2e p95", "cache", "verdict"),
+            [
+                (
+                    escape(t["nodeid"]),
+                    str(t.get("samples", 0)),
+                    _stat(t, "ttft", "p50"),
+                    _stat(t, "ttft", "p95"),
+                    _stat(t, "tpot", "p50"),
+                    _stat(t, "e2e", "p95"),
+                    _cache(t.get("cache_read_ratio", {})),
+                    _test_verdict(t),
+                )
+                for t in shown[:MAX_ROWS]
+            ],
+        )
+        if len(tests) > MAX_ROWS:
+            lines += ["", f"… and {len(tests) - MAX_ROWS} more tests (see the HTML report)."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _change_row(change: MetricChange) -> tuple[str, ...]:
+    flag = "🔴 regression" if change.regression else "🟢 faster" if change.improvement else ""
+    p_value = "–" if change.p_value is None else f"{change.p_value:.3g}"
+    return (
+        escape(change.nodeid),
+        change.metric,
+        fmt.duration(change.base_p50),
+        fmt.duration(change.head_p50),
+        fmt.change(change.change_p50),
+        fmt.duration(change.base_p95),
+        fmt.duration(change.head_p95),
+        fmt.change(change.change_p95),
+        p_value,
+        flag,
+    )
+
+
+_CHANGE_HEADERS = (
+    "test",
+    "metric",
+    "base p50",
+    "head p50",
+    "Δ p50",
+    "base p95",
+    "head p95",
+    "Δ p95",
+    "p (slower)",
+    "",
+)
+
+
+def render_comparison(comparison: Comparison, *, base: str, head: str) -> str:
+    """The diff of two runs for a PR comment: regressions first, then the full table folded."""
+    regressions = comparison.regressions
+    improvements = [c for c in comparison.changes if c.improvement]
+    tolerance = fmt.ratio(comparison.tolerance)
+    if regressions:
+        title = f"🔴 **pytest-latency: {len(regressions)} latency regression(s)**"
+    else:
+        title = "✅ **pytest-latency: no latency regression**"
+    lines = [
+        title,
+        "",
+        f"{escape(base)} → {escape(head)}: a regression is a p50 or p95 slower by more than "
+        f"{tolerance} *and* a one-sided Mann-Whitney U test with p < 0.05 "
+        f"({len(comparison.changes)} metrics compared, {len(improvements)} faster).",
+        "",
+    ]
+    if regressions:
+        lines += _table(_CHANGE_HEADERS, [_change_row(c) for c in regressions[:MAX_ROWS]])
+        lines.append("")
+    if comparison.changes:
+        lines += ["<details><summary>All compared metrics</summary>", ""]
+        lines += _table(_CHANGE_HEADERS, [_change_row(c) for c in comparison.changes[:MAX_ROWS]])
+        if len(comparison.changes) > MAX_ROWS:
+            lines.append(f"\n… and {len(comparison.changes) - MAX_ROWS} more.")
+        lines += ["", "</details>", ""]
+    if comparison.only_base:
+        lines.append(f"Only in base: {len(comparison.only_base)} test(s).")
+    if comparison.only_head:
+        lines.append(f"Only in head: {len(comparison.only_head)} test(s).")
+    return "\n".join(lines).rstrip() + "\n"

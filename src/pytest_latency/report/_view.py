@@ -1,0 +1,567 @@
+"""The report's view model: a result file turned into typed rows, sentences and charts.
+
+Owns what the reader is told and in which order: the verdict, the failing budgets with how far
+off they are, per-test statements (prefill or decode, cache, fan-out or serial, errors), which
+tests get full charts (failing budgets first; the number is capped so the report's size does not
+grow with the run), the rollups and the environment. Everything here is plain text and numbers:
+the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
+helpers), `histogram` (to read a block's buckets) and its siblings; never jinja2.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_latency.histogram import LatencyHistogram
+from pytest_latency.report import _charts as charts
+from pytest_latency.report import _format as fmt
+from pytest_latency.results import budget_status, verdict_counts
+
+# Full per-test charts for at most this many tests (a 1,000-test run would otherwise be tens of
+# megabytes); the tables still list every test and every budget.
+DETAIL_LIMIT = 40
+PREFILL_BOUND = 0.6
+DECODE_BOUND = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRow:
+    test: str
+    anchor: str | None
+    expr: str
+    estimate: str
+    threshold: str
+    interval: str
+    n: int
+    status: str  # pass | fail | inconclusive
+    excess: str  # "+53%" (over budget) or "-12%" (headroom)
+    headline: str
+    confident: bool
+    message: str
+    hints: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    kind: str  # css class: prefill | decode | balanced | cache | warn | info
+    label: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    metric: str
+    n: int
+    p50: str
+    p90: str
+    p95: str
+    p99: str
+    max: str
+    mean: str
+
+
+@dataclass(frozen=True, slots=True)
+class TestRow:
+    anchor: str
+    nodeid: str
+    outcome: str
+    samples: int
+    calls: int
+    errors: int
+    ttft_p50: str
+    ttft_p95: str
+    tpot_p50: str
+    e2e_p95: str
+    prefill_share: str
+    cache: str
+    verdict: str  # pass | fail | inconclusive | none
+    has_detail: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TestDetail:
+    anchor: str
+    nodeid: str
+    location: str
+    outcome: str
+    verdict: str
+    open: bool
+    budgets: tuple[BudgetRow, ...]
+    statements: tuple[Statement, ...]
+    metrics: tuple[MetricRow, ...]
+    charts: tuple[charts.Chart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    model: str
+    endpoint: str
+    tests: int
+    calls: int
+    errors: int
+    ttft_p50: str
+    ttft_p95: str
+    tpot_p50: str
+    e2e_p95: str
+    cache: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReportView:
+    title: str
+    subtitle: str
+    partial: bool
+    verdict: str  # fail | pass | inconclusive | none
+    verdict_text: str
+    counts: Mapping[str, int]
+    failing: tuple[BudgetRow, ...]
+    budgets: tuple[BudgetRow, ...]
+    tests: tuple[TestRow, ...]
+    details: tuple[TestDetail, ...]
+    details_omitted: int
+    session_statements: tuple[Statement, ...]
+    session_charts: tuple[charts.Chart, ...]
+    groups: tuple[GroupRow, ...]
+    group_charts: tuple[charts.Chart, ...]
+    environment: tuple[tuple[str, str], ...]
+
+
+def _stat(block: Mapping[str, Any] | None, key: str) -> str:
+    if not block:
+        return fmt.ABSENT
+    return fmt.value(block.get("unit", "us"), block.get(key))
+
+
+def _metric(test: Mapping[str, Any], metric: str) -> Mapping[str, Any] | None:
+    block: Mapping[str, Any] | None = test.get("metrics", {}).get(metric)
+    return block
+
+
+def _cache_text(ratio: Mapping[str, Any]) -> str:
+    if ratio.get("cache_fields") != "reported":
+        return "absent"
+    return fmt.ratio(ratio.get("value"))
+
+
+def _budget_row(
+    budget: Mapping[str, Any], test: str, anchor: str | None, hints: tuple[str, ...]
+) -> BudgetRow:
+    status = budget_status(budget)
+    estimate = budget.get("estimate_text") or fmt.ABSENT
+    threshold = budget.get("threshold_text") or fmt.ABSENT
+    excess = fmt.change(budget.get("excess"))
+    label = str(budget["expr"]).split(" ")[0] if budget.get("metric") else str(budget["expr"])
+    if budget.get("estimate") is None:
+        headline = f"{budget['expr']}: no value — {budget.get('message', '')}"
+    elif status == "fail":
+        headline = f"{label} = {estimate} vs {threshold} budget: {excess}"
+    else:
+        headline = f"{label} = {estimate} within {threshold} budget"
+    interval = budget.get("interval_text") or ("exact" if budget.get("estimate") else fmt.ABSENT)
+    return BudgetRow(
+        test=test,
+        anchor=anchor,
+        expr=str(budget["expr"]),
+        estimate=estimate,
+        threshold=threshold,
+        interval=interval,
+        n=int(budget.get("n", 0)),
+        status=status,
+        excess=excess,
+        headline=headline,
+        confident=bool(budget.get("confident", True)),
+        message=str(budget.get("message", "")),
+        hints=hints if status == "fail" else (),
+    )
+
+
+def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
+    phase = test.get("phase") or {}
+    share = phase.get("prefill_share")
+    if share is None:
+        return None
+    prefill = test.get("prefill") or {}
+    slope, intercept = prefill.get("slope_us_per_token"), prefill.get("intercept_us")
+    fit = ""
+    if slope is not None and intercept is not None and slope > 0:
+        fit = (
+            f" Fitted prefill cost: {fmt.duration(slope * 1000)} per 1,000 uncached input "
+            f"tokens, plus {fmt.duration(max(intercept, 0.0))} fixed."
+        )
+    n = phase.get("n", 0)
+    if share >= PREFILL_BOUND:
+        return Statement(
+            "prefill",
+            "Prefill-bound",
+            f"{fmt.ratio(share)} of the time is before the first token (queueing, network, "
+            f"prompt processing), {fmt.ratio(1 - share)} streaming, over {n} calls.{fit}",
+        )
+    tpot = _stat(_metric(test, "tpot"), "p50")
+    if share <= DECODE_BOUND:
+        return Statement(
+            "decode",
+            "Decode-bound",
+            f"{fmt.ratio(1 - share)} of the time is streaming after the first token "
+            f"(tpot p50 {tpot}), {fmt.ratio(share)} before it, over {n} calls.{fit}",
+        )
+    return Statement(
+        "balanced",
+        "Prefill ≈ decode",
+        f"{fmt.ratio(share)} before the first token, {fmt.ratio(1 - share)} streaming "
+        f"(tpot p50 {tpot}), over {n} calls.{fit}",
+    )
+
+
+def _cache_statement(ratio: Mapping[str, Any], usage: Mapping[str, Any] | None) -> Statement:
+    seen = ""
+    if usage:
+        fields = [
+            name
+            for name in ("input_tokens", "output_tokens", "cache_fields", "reasoning_tokens")
+            if usage.get(name)
+        ]
+        calls = usage.get("calls", 0)
+        seen = (
+            " Usage fields seen: "
+            + (", ".join(f"{f} ({usage[f]}/{calls})" for f in fields) or "none")
+            + "."
+        )
+    if ratio.get("cache_fields") != "reported":
+        return Statement(
+            "warn",
+            "Cache: unknown",
+            "No call reported prompt-cache usage fields, so the cache read ratio is absent, "
+            "not 0 (self-hosted servers need e.g. vLLM --enable-prompt-tokens-details)." + seen,
+        )
+    value = ratio.get("value") or 0.0
+    text = (
+        f"{fmt.ratio(value)} of input tokens were read from the prompt cache "
+        f"({ratio.get('read_tokens', 0):,} of {ratio.get('input_tokens', 0):,} over "
+        f"{ratio.get('calls_reporting', 0)} calls)." + seen
+    )
+    return Statement("cache" if value > 0 else "warn", "Cache", text)
+
+
+def _calls_statement(test: Mapping[str, Any]) -> Statement | None:
+    per_sample = test.get("calls_per_sample") or []
+    if not per_sample or max(per_sample) <= 1:
+        return None
+    concurrency = []
+    for sample in test.get("timeline", {}).get("samples", []):
+        rows = sample["calls"]
+        if len(rows) < 2:
+            continue
+        span = max(r[2] for r in rows) - min(r[0] for r in rows)
+        busy = sum(r[2] - r[0] for r in rows)
+        if span > 0:
+            concurrency.append(busy / span)
+    median_calls = statistics.median(per_sample)
+    if not concurrency:
+        return None
+    level = statistics.median(concurrency)
+    if level >= 1.3:
+        return Statement(
+            "info",
+            "Fan-out",
+            f"{median_calls:g} calls per sample (median) overlap: ×{level:.1f} concurrency.",
+        )
+    return Statement(
+        "info",
+        "Serial calls",
+        f"{median_calls:g} calls per sample (median) run one after another "
+        f"(×{level:.1f} concurrency); independent ones could run concurrently.",
+    )
+
+
+def _error_statement(errors: Mapping[str, int], calls: int, retries: int) -> Statement | None:
+    if not errors and not retries:
+        return None
+    listed = ", ".join(f"{k} ×{v}" for k, v in errors.items()) or "none"
+    total = sum(errors.values())
+    return Statement(
+        "warn" if total else "info",
+        "Errors",
+        f"{total} of {calls} calls failed ({listed}); {retries} SDK retries. "
+        "Failed calls are left out of the latency metrics.",
+    )
+
+
+def _flags_statement(flags: Mapping[str, int]) -> Statement | None:
+    parts = []
+    if flags.get("consumer_bound"):
+        parts.append(
+            f"{flags['consumer_bound']} call(s) consumer-bound: the test read the stream slower "
+            "than the server sent it, so token timings show the test's pace"
+        )
+    if flags.get("incomplete"):
+        parts.append(f"{flags['incomplete']} call(s) not read to the end")
+    if flags.get("opaque"):
+        parts.append(f"{flags['opaque']} call(s) with an undecodable body (no token timings)")
+    if not parts:
+        return None
+    return Statement("warn", "Measurement", "; ".join(parts) + ".")
+
+
+def _curve(metric: str, block: Mapping[str, Any] | None) -> charts.Curve:
+    if not block:
+        return charts.Curve(metric, ())
+    points = [(0.0, float(block["min"]))]
+    points += [(p, float(block[f"p{p:g}"])) for p in (50.0, 90.0, 95.0, 99.0)]
+    points.append((100.0, float(block["max"])))
+    return charts.Curve(metric, tuple(points))
+
+
+def _buckets(block: Mapping[str, Any] | None) -> list[tuple[float, int]]:
+    if not block or not block.get("hdr"):
+        return []
+    return LatencyHistogram.decode(block["hdr"]).buckets()
+
+
+def _metric_rows(metrics: Mapping[str, Mapping[str, Any]]) -> tuple[MetricRow, ...]:
+    return tuple(
+        MetricRow(
+            name,
+            int(block["count"]),
+            _stat(block, "p50"),
+            _stat(block, "p90"),
+            _stat(block, "p95"),
+            _stat(block, "p99"),
+            _stat(block, "max"),
+            _stat(block, "mean"),
+        )
+        for name, block in metrics.items()
+    )
+
+
+def _test_verdict(test: Mapping[str, Any]) -> str:
+    statuses = {budget_status(b) for b in test.get("budgets", [])}
+    for status in ("fail", "inconclusive", "pass"):
+        if status in statuses:
+            return status
+    return "none"
+
+
+def _hints(test: Mapping[str, Any]) -> tuple[str, ...]:
+    hints = []
+    phase = _phase_statement(test)
+    if phase is not None:
+        hints.append(f"{phase.label}: {phase.text}")
+    hints.append(_cache_statement(test.get("cache_read_ratio", {}), None).text)
+    return tuple(hints)
+
+
+def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]) -> TestDetail:
+    metrics = test.get("metrics", {})
+    statements = [
+        s
+        for s in (
+            _phase_statement(test),
+            _cache_statement(test.get("cache_read_ratio", {}), test.get("usage_fields")),
+            _calls_statement(test),
+            _error_statement(
+                test.get("errors", {}), int(test.get("call_count", 0)), int(test.get("retries", 0))
+            ),
+            _flags_statement(test.get("flags", {})),
+        )
+        if s is not None
+    ]
+    timeline = [
+        (
+            int(s["sample"]),
+            [
+                charts.TimelineCall(float(r[0]), r[1], float(r[2]), str(r[3]), r[4])
+                for r in s["calls"]
+            ],
+        )
+        for s in test.get("timeline", {}).get("samples", [])
+    ]
+    prefill = test.get("prefill") or {}
+    drawn = (
+        charts.percentile_chart(
+            "Latency by percentile",
+            [_curve(m, metrics.get(m)) for m in ("ttft", "tpot", "e2e")],
+        ),
+        charts.histogram_chart("Inter-chunk gaps (ITL)", _buckets(metrics.get("itl"))),
+        charts.prefill_chart(
+            "TTFT vs uncached input tokens",
+            prefill.get("points", []),
+            prefill.get("slope_us_per_token"),
+            prefill.get("intercept_us"),
+        ),
+        charts.timeline_chart("Calls per sample", timeline),
+    )
+    location = test.get("location")
+    verdict = _test_verdict(test)
+    return TestDetail(
+        anchor=anchor,
+        nodeid=test["nodeid"],
+        location=f"{location[0]}:{location[1]}" if location else "",
+        outcome=str(test.get("outcome", "")),
+        verdict=verdict,
+        open=verdict == "fail",
+        budgets=budgets,
+        statements=tuple(statements),
+        metrics=_metric_rows(metrics),
+        charts=drawn,
+    )
+
+
+def _priority(index: int, test: Mapping[str, Any]) -> tuple[int, float, int]:
+    verdict = _test_verdict(test)
+    rank = {"fail": 0, "inconclusive": 1, "pass": 2}.get(verdict, 3)
+    e2e = (_metric(test, "e2e") or {}).get("p95") or 0.0
+    return (rank, -float(e2e), index)
+
+
+def _group_row(group: Mapping[str, Any]) -> GroupRow:
+    metrics = group.get("metrics", {})
+    return GroupRow(
+        model=str(group.get("model", "*")),
+        endpoint=str(group.get("endpoint", "*")),
+        tests=int(group.get("tests", 0)),
+        calls=int(group.get("call_count", 0)),
+        errors=int(group.get("error_count", 0)),
+        ttft_p50=_stat(metrics.get("ttft"), "p50"),
+        ttft_p95=_stat(metrics.get("ttft"), "p95"),
+        tpot_p50=_stat(metrics.get("tpot"), "p50"),
+        e2e_p95=_stat(metrics.get("e2e"), "p95"),
+        cache=_cache_text(group.get("cache_read_ratio", {})),
+    )
+
+
+def _environment(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    rows = [(str(k), str(v)) for k, v in sorted(run.get("versions", {}).items())]
+    git = run.get("git") or {}
+    if git:
+        commit = str(git.get("commit", ""))
+        state = " (dirty)" if git.get("dirty") else ""
+        rows.append(("git commit", f"{commit}{state}"))
+        if git.get("branch"):
+            rows.append(("git branch", str(git["branch"])))
+    else:
+        rows.append(("git", "not a git checkout"))
+    rows.append(("started", str(run.get("started") or fmt.ABSENT)))
+    duration = run.get("duration_s")
+    rows.append(("duration", f"{duration:.1f} s" if isinstance(duration, float | int) else "–"))
+    rows.append(("shards", str(run.get("shards", 1))))
+    return tuple(rows)
+
+
+def build_view(result: Mapping[str, Any]) -> ReportView:
+    tests: Sequence[Mapping[str, Any]] = result["tests"]
+    anchors = [f"t{i}" for i in range(len(tests))]
+    chosen = sorted(range(len(tests)), key=lambda i: _priority(i, tests[i]))[:DETAIL_LIMIT]
+    detailed = set(chosen)
+
+    budget_rows: list[BudgetRow] = []
+    per_test_budgets: list[tuple[BudgetRow, ...]] = []
+    for i, test in enumerate(tests):
+        anchor = anchors[i] if i in detailed else None
+        has_fail = any(budget_status(b) == "fail" for b in test.get("budgets", []))
+        hints = _hints(test) if has_fail else ()
+        rows = tuple(_budget_row(b, test["nodeid"], anchor, hints) for b in test.get("budgets", []))
+        per_test_budgets.append(rows)
+        budget_rows.extend(rows)
+    session = result.get("session", {})
+    for budget in session.get("budgets", []):
+        budget_rows.append(_budget_row(budget, "(session)", None, ()))
+
+    counts = verdict_counts(result)
+    failing = tuple(b for b in budget_rows if b.status == "fail")
+    total = sum(counts.values())
+    if counts["fail"]:
+        verdict = "fail"
+        verdict_text = f"{counts['fail']} of {total} latency budgets failed"
+    elif counts["inconclusive"]:
+        verdict = "inconclusive"
+        verdict_text = (
+            f"No budget failed, but {counts['inconclusive']} of {total} passed only on the point "
+            "estimate (not confident at this n)"
+        )
+    elif total:
+        verdict, verdict_text = "pass", f"All {total} latency budgets passed"
+    else:
+        verdict, verdict_text = "none", "No latency budgets in this run"
+
+    test_rows = tuple(
+        TestRow(
+            anchor=anchors[i],
+            nodeid=test["nodeid"],
+            outcome=str(test.get("outcome", "")),
+            samples=int(test.get("samples", 0)),
+            calls=int(test.get("call_count", 0)),
+            errors=int(test.get("error_count", 0)),
+            ttft_p50=_stat(_metric(test, "ttft"), "p50"),
+            ttft_p95=_stat(_metric(test, "ttft"), "p95"),
+            tpot_p50=_stat(_metric(test, "tpot"), "p50"),
+            e2e_p95=_stat(_metric(test, "e2e"), "p95"),
+            prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
+            cache=_cache_text(test.get("cache_read_ratio", {})),
+            verdict=_test_verdict(test),
+            has_detail=i in detailed,
+        )
+        for i, test in enumerate(tests)
+    )
+    details = tuple(_detail(tests[i], anchors[i], per_test_budgets[i]) for i in sorted(detailed))
+
+    session_metrics = session.get("metrics", {})
+    session_charts = (
+        charts.percentile_chart(
+            "All calls: latency by percentile (HDR)",
+            [
+                charts.curve_from_buckets(m, _buckets(session_metrics.get(m)))
+                for m in ("ttft", "tpot", "e2e")
+            ],
+        ),
+        charts.histogram_chart("All calls: inter-chunk gaps", _buckets(session_metrics.get("itl"))),
+    )
+    session_statements = tuple(
+        s
+        for s in (
+            _cache_statement(session.get("cache_read_ratio", {}), None),
+            _error_statement(
+                session.get("errors", {}),
+                int(session.get("call_count", 0)),
+                int(session.get("retries", 0)),
+            ),
+        )
+        if s is not None
+    )
+    groups = result.get("groups", {})
+    combined = [g for g in groups.values() if "model" in g and "endpoint" in g]
+    group_charts = tuple(
+        charts.percentile_chart(
+            f"{g['model']} · {g['endpoint']}",
+            [
+                charts.curve_from_buckets(m, _buckets(g.get("metrics", {}).get(m)))
+                for m in ("ttft", "e2e")
+            ],
+        )
+        for g in combined[:6]
+    )
+    run = result.get("run", {})
+    started = run.get("started") or ""
+    subtitle = f"{len(tests)} tests · {session.get('call_count', 0)} calls"
+    if started:
+        subtitle += f" · started {started}"
+    return ReportView(
+        title="pytest-latency report",
+        subtitle=subtitle,
+        partial=bool(run.get("partial")),
+        verdict=verdict,
+        verdict_text=verdict_text,
+        counts=counts,
+        failing=failing,
+        budgets=tuple(budget_rows),
+        tests=test_rows,
+        details=details,
+        details_omitted=len(tests) - len(details),
+        session_statements=session_statements,
+        session_charts=session_charts,
+        groups=tuple(_group_row(g) for g in combined),
+        group_charts=group_charts,
+        environment=_environment(run),
+    )

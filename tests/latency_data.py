@@ -1,0 +1,198 @@
+"""Synthetic per-test data, shaped exactly as the plugin hands it to `results.build_result`:
+`Recording.to_data()` dicts built from real `CallMetrics` objects, plus the keys the plugin adds
+(outcome, location, budgets judged by the real `aggregate.judge`)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from pytest_latency.aggregate import judge
+from pytest_latency.budgets import parse_expectation
+from pytest_latency.metrics import CallMetrics
+
+MODEL = "claude-sonnet-4-5"
+
+
+def call_metrics(
+    *,
+    t_start_ms: float,
+    ttft_ms: float | None,
+    e2e_ms: float,
+    output_tokens: int | None = 50,
+    input_tokens: int | None = 1000,
+    cache_read: int | None = 0,
+    cache_fields: bool = True,
+    model: str | None = MODEL,
+    api: str = "anthropic.messages",
+    error: str | None = None,
+    chunks: int = 10,
+    attempt: int = 0,
+    consumer_bound: bool = False,
+) -> CallMetrics:
+    itl: tuple[float, ...] = ()
+    tpot = None
+    if ttft_ms is not None and chunks > 1:
+        gap = (e2e_ms - ttft_ms) * 1000 / (chunks - 1)
+        itl = tuple(gap * (0.5 + (i % 3) / 2) for i in range(chunks - 1))
+    if ttft_ms is not None and output_tokens is not None and output_tokens > 1:
+        tpot = (e2e_ms - ttft_ms) * 1000 / (output_tokens - 1)
+    start_ns = int(t_start_ms * 1_000_000)
+    return CallMetrics(
+        api=api,
+        model=model,
+        endpoint="/v1/messages" if api.startswith("anthropic") else "/v1/chat/completions",
+        host="127.0.0.1:8000",
+        stream=True,
+        status=200 if error is None else int(error[5:]) if error.startswith("http_") else 200,
+        attempt=attempt,
+        ttfb=None if ttft_ms is None else ttft_ms * 400,
+        ttft=None if ttft_ms is None else ttft_ms * 1000,
+        ttfo=None if ttft_ms is None else ttft_ms * 1000,
+        e2e=None if error else e2e_ms * 1000,
+        tpot=None if error else tpot,
+        itl=() if error else itl,
+        input_tokens=None if error else input_tokens,
+        output_tokens=None if error else output_tokens,
+        cache_read_tokens=(cache_read if cache_fields else None) if not error else None,
+        cache_write_tokens=(0 if cache_fields else None) if not error else None,
+        reasoning_tokens=None,
+        cache_fields_reported=cache_fields and not error,
+        content_events=0 if error else chunks,
+        content_chunks=0 if error else chunks,
+        channels=() if error else ("text",),
+        error=error,
+        error_detail=None,
+        incomplete=False,
+        opaque=False,
+        consumer_bound=consumer_bound,
+        consumer_bound_chunks=3 if consumer_bound else 0,
+        t_start_ns=start_ns,
+        t_end_ns=start_ns + int(e2e_ms * 1_000_000),
+    )
+
+
+def call_dict(sample: int, *attempts: CallMetrics, warmup: bool = False) -> dict[str, Any]:
+    return {"sample": sample, "warmup": warmup, "attempts": [a.to_dict() for a in attempts]}
+
+
+def make_test(
+    nodeid: str,
+    *,
+    seed: int = 0,
+    samples: int = 10,
+    calls_per_sample: int = 1,
+    serial: bool = True,
+    ttft_ms: float = 300.0,
+    e2e_ms: float = 1500.0,
+    model: str = MODEL,
+    api: str = "anthropic.messages",
+    cache_every: int = 2,
+    cache_fields: bool = True,
+    errors: int = 0,
+    budgets: tuple[str, ...] = (),
+    warmup: int = 0,
+    outcome: str | None = None,
+) -> dict[str, Any]:
+    """One test's data: `samples` kept samples of `calls_per_sample` calls each (serial or
+    overlapping), lognormal-ish TTFTs around `ttft_ms` that grow with uncached input tokens, and
+    `errors` failed calls (HTTP 429) at the end. Warmup samples come first."""
+    rng = random.Random(seed)
+    calls: list[dict[str, Any]] = []
+    clock = 1_000.0
+    for index in range(-warmup, samples):
+        sample = index if index >= 0 else -2 - (index + warmup)
+        t = clock
+        for k in range(calls_per_sample):
+            prompt = rng.randint(500, 4000)
+            cached = prompt - 200 if cache_every and (index + k) % cache_every == 0 else 0
+            ttft = ttft_ms * rng.lognormvariate(0, 0.25) * (0.4 + (prompt - cached) / 2500)
+            e2e = ttft + (e2e_ms - ttft_ms) * rng.lognormvariate(0, 0.2)
+            metrics = call_metrics(
+                t_start_ms=t,
+                ttft_ms=ttft,
+                e2e_ms=e2e,
+                input_tokens=prompt,
+                cache_read=cached,
+                cache_fields=cache_fields,
+                model=model,
+                api=api,
+                output_tokens=rng.randint(40, 80),
+            )
+            calls.append(call_dict(sample, metrics, warmup=index < 0))
+            t = t + e2e + 5 if serial else t + 3
+        clock = t + 10_000
+    for k in range(errors):
+        failed = call_metrics(
+            t_start_ms=clock + k, ttft_ms=None, e2e_ms=20, model=model, api=api, error="http_429"
+        )
+        calls.append(call_dict(samples - 1, failed))
+    data: dict[str, Any] = {
+        "nodeid": nodeid,
+        "samples": samples,
+        "warmup": warmup,
+        "calls": calls,
+        "manual": [],
+        "location": [nodeid.split("::")[0], 10 + seed],
+        "policy": "gate",
+    }
+    if budgets:
+        expectations = [parse_expectation(b, source=nodeid) for b in budgets]
+        data["budgets"] = [j.to_dict() for j in judge(expectations, data)]
+    failed_budget = any(b["verdict"] == "fail" for b in data.get("budgets", []))
+    data["outcome"] = outcome or ("failed" if failed_budget else "passed")
+    return data
+
+
+SESSION: dict[str, Any] = {"budgets": [], "partial": False}
+RUN: dict[str, Any] = {
+    "started": "2025-01-01T12:00:00+00:00",
+    "duration_s": 12.5,
+    "versions": {"pytest-latency": "0.1.0", "python": "3.11.2", "anthropic": "2.1.0"},
+    "git": {"commit": "0123456789abcdef", "branch": "main", "dirty": False},
+}
+
+
+def sample_tests() -> list[dict[str, Any]]:
+    """A small, varied run: a failing TTFT budget, an agent fan-out, an OpenAI test without
+    cache fields, errors, a warmup, and a node id that tries to inject HTML."""
+    return [
+        make_test(
+            "tests/chat/test_answer.py::test_short_answer",
+            seed=1,
+            samples=20,
+            ttft_ms=350,
+            budgets=("ttft.p95 < 400ms", "tpot.p50 < 40ms", "cache_read_ratio > 0.2"),
+            warmup=1,
+        ),
+        make_test(
+            "tests/agent/test_agent.py::test_fan_out",
+            seed=2,
+            samples=5,
+            calls_per_sample=4,
+            serial=False,
+            budgets=("e2e.p95 < 5s",),
+        ),
+        make_test(
+            "tests/agent/test_agent.py::test_serial_chain",
+            seed=3,
+            samples=5,
+            calls_per_sample=3,
+            serial=True,
+        ),
+        make_test(
+            "tests/oai/test_chat.py::test_chat[gpt-4.1]",
+            seed=4,
+            samples=12,
+            model="gpt-4.1",
+            api="openai.chat",
+            cache_fields=False,
+            errors=2,
+            budgets=("error_rate < 50%",),
+        ),
+        make_test(
+            "tests/test_x.py::test_inject[<script>alert(1)</script>|*_`]",
+            seed=5,
+            samples=8,
+        ),
+    ]

@@ -1,0 +1,109 @@
+"""The `pytest-latency` console script: report, merge, compare, and clean errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from latency_data import RUN, SESSION, make_test, sample_tests
+
+from pytest_latency.cli import main
+from pytest_latency.results import build_result, load_result, write_result
+
+
+@pytest.fixture
+def shards(tmp_path: Path) -> tuple[Path, Path]:
+    tests = sample_tests()
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_result(a, build_result(tests[:2], session=SESSION, run=RUN))
+    write_result(b, build_result(tests[2:], session=SESSION, run=RUN))
+    return a, b
+
+
+def test_report_writes_html_and_markdown(shards: tuple[Path, Path], tmp_path: Path) -> None:
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    assert main(["report", str(shards[0]), "-o", str(html), "--markdown", str(md)]) == 0
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert "latency budgets failed" in md.read_text()
+
+
+def test_merge_combines_shards(shards: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "all.json"
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(out)]) == 0
+    merged = load_result(out)
+    assert len(merged["tests"]) == 5 and merged["run"]["shards"] == 2
+
+
+def test_compare_exit_status_follows_regressions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, head, same = tmp_path / "base.json", tmp_path / "head.json", tmp_path / "same.json"
+    write_result(
+        base, build_result([make_test("t.py::t", seed=1, samples=40)], session=SESSION, run=RUN)
+    )
+    write_result(
+        head,
+        build_result(
+            [make_test("t.py::t", seed=2, samples=40, ttft_ms=900)], session=SESSION, run=RUN
+        ),
+    )
+    write_result(
+        same, build_result([make_test("t.py::t", seed=3, samples=40)], session=SESSION, run=RUN)
+    )
+    assert main(["compare", str(base), str(head)]) == 1
+    assert "regression" in capsys.readouterr().out
+    diff = tmp_path / "diff.md"
+    assert main(["compare", str(base), str(same), "--tolerance", "10%", "-o", str(diff)]) == 0
+    assert diff.read_text().startswith("✅")
+    # A tolerance beyond the slowdown: not a regression.
+    assert main(["compare", str(base), str(head), "--tolerance", "500%", "-o", str(diff)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "missing.json: no such file"),
+        ("{not json", "not valid JSON"),
+        ('{"schema": "other"}', "not a pytest-latency result file"),
+        (
+            json.dumps(
+                {
+                    "schema": "pytest-latency/1",
+                    "run": {},
+                    "tests": [],
+                    "groups": {},
+                    "session": {"metrics": {"ttft": {"hdr": "garbage"}}},
+                }
+            ),
+            "malformed result file: session.metrics.ttft",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, expected: str
+) -> None:
+    path = tmp_path / "missing.json"
+    if content is not None:
+        path.write_text(content)
+    good = tmp_path / "good.json"
+    write_result(good, build_result([], session=SESSION, run=RUN))
+    for argv in (
+        ["report", str(path), "-o", str(tmp_path / "x.html")],
+        ["merge", str(good), str(path), "-o", str(tmp_path / "x.json")],
+        ["compare", str(good), str(path)],
+    ):
+        if content is not None and "garbage" in content and argv[0] == "report":
+            continue  # a report of an empty session does not read the histogram
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert expected in err
+        assert str(path) in err
+
+
+def test_sim_is_still_there(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["sim", "--help"])
+    assert info.value.code == 0
+    assert "--preset" in capsys.readouterr().out

@@ -1,0 +1,226 @@
+"""Outputs: the result file, the HTML report and the Markdown summary are written once at the
+end, on the controller, atomically; bad paths are usage errors; an interrupted run and a crashed
+pytest-xdist worker still leave valid files; local and distributed runs aggregate alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anthropic  # noqa: F401  (kept loaded across pytester's in-process runs: see test_plugin_sim)
+import openai  # noqa: F401
+import pytest
+
+import pytest_latency.sim  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import os
+import pytest
+
+PROMPT = [{"role": "user", "content": "a fixed question"}]
+
+@pytest.mark.parametrize("i", range(6))
+@pytest.mark.latency("ttft.max < 5s", samples=2)
+def test_chat(openai_client, latency, i):
+    for _ in openai_client.chat.completions.create(
+            model="gpt-test", messages=PROMPT, stream=True,
+            stream_options={"include_usage": True}):
+        pass
+
+@pytest.mark.parametrize("i", range(4))
+def test_messages(anthropic_client, i):
+    anthropic_client.messages.create(model="claude-test", max_tokens=16, messages=PROMPT)
+"""
+
+
+def _load(path: Path) -> dict[str, Any]:
+    def reject(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    data: dict[str, Any] = json.loads(path.read_text(), parse_constant=reject)
+    return data
+
+
+@pytest.fixture
+def tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_inner_suite=SUITE)
+    return pytester
+
+
+def test_the_result_file_report_and_summary_are_written(tester: pytest.Pytester) -> None:
+    (tester.path / "out").mkdir()
+    result = tester.runpytest(
+        "--latency-sim=instant",
+        "--latency-json=out/result.json",
+        "--latency-report=out/report.html",
+        "--latency-markdown=out/summary.md",
+    )
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(["*result file: out/result.json*", "*HTML report*"])
+    data = _load(tester.path / "out/result.json")
+    assert data["schema"] == "pytest-latency/1" and data["run"]["partial"] is False
+    assert len(data["tests"]) == 10
+    assert data["session"]["metrics"]["ttft"]["count"] == 12 + 4 * 0  # streamed calls only
+    html = (tester.path / "out/report.html").read_text()
+    assert "test_inner_suite.py::test_chat[0]" in html and "<html" in html
+    markdown = (tester.path / "out/summary.md").read_text()
+    assert "all 6 latency budgets passed" in markdown and "test\\_chat\\[5\\]" in markdown
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--latency-json=missing/dir/result.json"],
+        ["--latency-report=."],
+        ["--latency-baseline=nope.json"],
+        ["--latency-tolerance=lots"],
+    ],
+)
+def test_bad_output_options_are_usage_errors_before_tests_run(
+    tester: pytest.Pytester, args: list[str]
+) -> None:
+    result = tester.runpytest("--latency-sim=instant", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.no_fnmatch_line("*passed*")
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_an_unwritable_directory_is_a_usage_error(tester: pytest.Pytester) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere: permission bits cannot make a directory unwritable")
+    locked = tester.path / "locked"
+    locked.mkdir(mode=0o500)
+    result = tester.runpytest(f"--latency-json={locked}/r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_ctrl_c_mid_run_writes_a_partial_result_with_what_it_measured(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        test_inner_interrupt="""
+        import pathlib
+        import time
+
+        def test_a(openai_client):
+            openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}])
+
+        def test_b(openai_client):
+            openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}])
+            pathlib.Path("started").touch()
+            time.sleep(60)  # interrupted here
+
+        def test_c():
+            pass
+        """
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_inner_interrupt.py",
+        "--latency-sim=instant",
+        "--latency-json=r.json",
+        "--latency-report=r.html",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+    ]
+    process = subprocess.Popen(
+        command, cwd=tester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tester.path / "started").exists():
+            assert process.poll() is None, process.communicate()[0].decode()
+            assert time.monotonic() < deadline, "the inner run never reached test_b"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        output = process.communicate(timeout=60)[0].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+    data = _load(tester.path / "r.json")
+    assert data["run"]["partial"] is True
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in data["tests"]}
+    assert outcomes == {"test_a": "passed", "test_b": "interrupted"}
+    assert all(t["call_count"] == 1 for t in data["tests"])
+    assert (tester.path / "r.html").stat().st_size > 0
+
+
+def test_a_crashed_xdist_worker_loses_only_its_current_test(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        test_inner_crash="""
+        import os
+        import pytest
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_call(openai_client, i):
+            openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}])
+
+        def test_crash(openai_client):
+            openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}])
+            os._exit(1)
+        """
+    )
+    result = tester.runpytest(
+        "test_inner_crash.py",
+        "-n",
+        "2",
+        "--latency-sim=instant",
+        "--latency-json=r.json",
+        "--latency-report=r.html",
+    )
+    result.assert_outcomes(passed=8, failed=1)
+    data = _load(tester.path / "r.json")
+    names = sorted(t["nodeid"].split("::")[1] for t in data["tests"])
+    assert names == [f"test_call[{i}]" for i in range(8)]
+    assert data["session"]["call_count"] == 8
+    assert "test_call[7]" in (tester.path / "r.html").read_text()
+
+
+def _deterministic(data: dict[str, Any]) -> Any:
+    """What must not depend on how tests were distributed: per test, its call and token counts;
+    per group and for the session, call counts and token statistics."""
+
+    def tokens(block: dict[str, Any]) -> Any:
+        return {
+            m: {k: v for k, v in block["metrics"][m].items() if k != "hdr"}
+            for m in ("input_tokens", "output_tokens")
+            if m in block["metrics"]
+        }
+
+    tests = sorted(
+        (t["nodeid"], t["call_count"], t["error_count"], json.dumps(tokens(t), sort_keys=True))
+        for t in data["tests"]
+    )
+    groups = {k: (g["call_count"], tokens(g)) for k, g in data["groups"].items()}
+    return tests, groups, data["session"]["call_count"], tokens(data["session"])
+
+
+def test_serial_and_distributed_runs_aggregate_identically(tester: pytest.Pytester) -> None:
+    runs = {}
+    for workers in ("0", "4"):
+        result = tester.runpytest(
+            "-n", workers, "--latency-sim=instant", f"--latency-json=r{workers}.json"
+        )
+        result.assert_outcomes(passed=10)
+        runs[workers] = _load(tester.path / f"r{workers}.json")
+    assert _deterministic(runs["0"]) == _deterministic(runs["4"])
+    ttft = [runs[w]["session"]["metrics"]["ttft"]["count"] for w in runs]
+    assert ttft == [12, 12]

@@ -1,0 +1,328 @@
+"""The result file: per-test blocks, rollups, the OTel mapping, merging shards, reading and
+writing, and the comparison of two runs."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from latency_data import RUN, SESSION, call_dict, call_metrics, make_test, sample_tests
+
+from pytest_latency import stats
+from pytest_latency.aggregate import kept_calls, per_call_values
+from pytest_latency.histogram import LatencyHistogram
+from pytest_latency.results import (
+    OTEL,
+    SCHEMA,
+    ResultError,
+    budget_status,
+    build_result,
+    compare_results,
+    dumps,
+    load_result,
+    merge_results,
+    verdict_counts,
+    write_result,
+)
+
+
+def _strict_loads(text: str) -> Any:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def tests_data() -> list[dict[str, Any]]:
+    return sample_tests()
+
+
+@pytest.fixture(scope="module")
+def result(tests_data: list[dict[str, Any]]) -> dict[str, Any]:
+    return build_result(tests_data, session=SESSION, run=RUN)
+
+
+def _test(result: dict[str, Any], fragment: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(t for t in result["tests"] if fragment in t["nodeid"])
+    return found
+
+
+def test_the_file_is_versioned_strict_json(result: dict[str, Any]) -> None:
+    assert result["schema"] == SCHEMA == "pytest-latency/1"
+    back = _strict_loads(dumps(result))
+    assert back == _strict_loads(json.dumps(result))  # nothing lost in the compact form
+    assert [t["nodeid"] for t in back["tests"]] == [t["nodeid"] for t in result["tests"]]
+
+
+def test_per_test_percentiles_are_the_budget_estimator_on_kept_successful_calls(
+    tests_data: list[dict[str, Any]], result: dict[str, Any]
+) -> None:
+    data = tests_data[0]  # 1 warmup sample + 20 kept
+    entry = result["tests"][0]
+    kept = [c.final for c in kept_calls(data) if not c.failed]
+    values = per_call_values("ttft", kept)
+    assert len(values) == 20 and len(data["calls"]) == 21  # the warmup call is left out
+    block = entry["metrics"]["ttft"]
+    assert block["unit"] == "us" and block["count"] == 20
+    assert block["p95"] == stats.percentile(values, 95)
+    assert block["p50"] == stats.percentile(values, 50)
+    assert (block["min"], block["max"]) == (min(values), max(values))
+    assert block["mean"] == pytest.approx(sum(values) / 20)
+    # The figure the budget was judged on is the figure in the block.
+    budget = next(b for b in entry["budgets"] if b["expr"] == "ttft.p95 < 400ms")
+    assert budget["estimate"] == block["p95"]
+    assert entry["metrics"]["itl"]["count"] == 20 * 9  # every gap of every kept call
+    assert entry["metrics"]["input_tokens"]["unit"] == "tok"
+
+
+def test_hdr_blobs_decode_to_the_same_values(result: dict[str, Any]) -> None:
+    block = result["tests"][0]["metrics"]["e2e"]
+    hist = LatencyHistogram.decode(block["hdr"])
+    assert hist.count == block["count"]
+    assert block["max"] <= hist.max <= block["max"] * 1.001 + 1
+    assert hist.percentile(50) == pytest.approx(block["p50"], rel=0.1)
+
+
+def test_absent_metrics_are_omitted_not_zero_filled() -> None:
+    data = make_test("t.py::test_plain", samples=3)
+    # A non-streaming call: no token timings, no usage.
+    plain = call_metrics(t_start_ms=0, ttft_ms=None, e2e_ms=800, output_tokens=None)
+    data["calls"] = [call_dict(0, plain)]
+    entry = build_result([data], session=SESSION, run=RUN)["tests"][0]
+    assert set(entry["metrics"]) >= {"e2e"}
+    for absent in ("ttft", "ttfo", "tpot", "itl", "output_tokens"):
+        assert absent not in entry["metrics"]
+    assert entry["phase"]["prefill_share"] is None
+    assert entry["prefill"] is None
+
+
+def test_errors_retries_flags_and_cache_fields(result: dict[str, Any]) -> None:
+    oai = _test(result, "test_chat")
+    assert oai["errors"] == {"http_429": 2}
+    assert oai["error_count"] == 2 and oai["call_count"] == 14
+    assert oai["metrics"]["ttft"]["count"] == 12  # failed calls have no latency
+    assert oai["cache_read_ratio"] == {
+        "value": None,
+        "cache_fields": "absent",
+        "calls_reporting": 0,
+        "read_tokens": 0,
+        "input_tokens": 0,
+    }
+    assert oai["usage_fields"]["cache_fields"] == 0
+    chat = result["tests"][0]
+    ratio = chat["cache_read_ratio"]
+    assert ratio["cache_fields"] == "reported"
+    assert ratio["value"] == pytest.approx(ratio["read_tokens"] / ratio["input_tokens"])
+    assert set(chat["flags"]) == {"consumer_bound", "incomplete", "opaque"}
+
+
+def test_retried_attempts_count_as_one_call() -> None:
+    data = make_test("t.py::test_retry", samples=1)
+    failed = call_metrics(t_start_ms=0, ttft_ms=None, e2e_ms=10, error="http_429")
+    ok = call_metrics(t_start_ms=500, ttft_ms=200, e2e_ms=900, attempt=1)
+    data["calls"] = [call_dict(0, failed, ok)]
+    entry = build_result([data], session=SESSION, run=RUN)["tests"][0]
+    assert (entry["call_count"], entry["retries"], entry["error_count"]) == (1, 1, 0)
+    assert entry["retried_errors"] == {"http_429": 1}
+    [row] = entry["timeline"]["samples"][0]["calls"]
+    assert row[0] == 0 and row[1] == 700_000 and row[2] == 1_400_000  # from the first attempt
+
+
+def test_timeline_tells_fan_out_from_a_serial_chain(result: dict[str, Any]) -> None:
+    fan = _test(result, "test_fan_out")["timeline"]["samples"][0]["calls"]
+    serial = _test(result, "test_serial_chain")["timeline"]["samples"][0]["calls"]
+    assert len(fan) == 4 and len(serial) == 3
+    assert fan[0][0] == 0 and serial[0][0] == 0
+    assert all(b[0] < a[2] for a, b in itertools.pairwise(fan))  # overlapping
+    assert all(b[0] >= a[2] for a, b in itertools.pairwise(serial))  # one by one
+    assert all(row[1] is not None and row[0] < row[1] < row[2] for row in fan)
+
+
+def test_prefill_fit_recovers_a_linear_cost() -> None:
+    data = make_test("t.py::test_prefill", samples=6)
+    calls = []
+    for i, tokens in enumerate((500, 1000, 1500, 2000, 3000, 4000)):
+        ttft = 120 + 0.25 * tokens  # ms: 250 µs per uncached token, 120 ms fixed
+        calls.append(
+            call_dict(
+                i,
+                call_metrics(
+                    t_start_ms=0,
+                    ttft_ms=ttft,
+                    e2e_ms=ttft + 500,
+                    input_tokens=tokens + 1000,
+                    cache_read=1000,
+                ),
+            )
+        )
+    data["calls"] = calls
+    prefill = build_result([data], session=SESSION, run=RUN)["tests"][0]["prefill"]
+    assert prefill["slope_us_per_token"] == pytest.approx(250)
+    assert prefill["intercept_us"] == pytest.approx(120_000)
+    assert prefill["points"][0] == [500, 245_000, True]
+    assert prefill["n"] == 6
+
+
+def test_budgets_carry_what_a_reader_needs(result: dict[str, Any]) -> None:
+    budget = result["tests"][0]["budgets"][0]
+    assert budget["verdict"] == "fail" and budget["confident"] is True
+    assert budget["threshold"] == 400_000 and budget["threshold_text"] == "400 ms"
+    assert budget["excess"] == pytest.approx(budget["estimate"] / 400_000 - 1)
+    assert budget["interval"][1] is None  # an infinite upper bound, written as null
+    fan = _test(result, "test_fan_out")["budgets"][0]
+    # p95 at n=20 has no upper bound: not confident, whether the gate decided it or not.
+    assert fan["verdict"] in ("pass", "inconclusive") and fan["confident"] is False
+    assert budget_status(fan) == "inconclusive"
+    assert verdict_counts(result) == result["summary"] == {"pass": 3, "fail": 1, "inconclusive": 1}
+
+
+def test_groups_and_session_roll_up_every_call(result: dict[str, Any]) -> None:
+    groups = result["groups"]
+    assert set(groups) == {
+        "model=claude-sonnet-4-5",
+        "model=gpt-4.1",
+        "endpoint=anthropic.messages",
+        "endpoint=openai.chat",
+        "model=claude-sonnet-4-5,endpoint=anthropic.messages",
+        "model=gpt-4.1,endpoint=openai.chat",
+    }
+    session = result["session"]
+    assert session["call_count"] == sum(t["call_count"] for t in result["tests"])
+    assert session["call_count"] == sum(
+        g["call_count"] for k, g in groups.items() if k.startswith("model=") and "," not in k
+    )
+    assert groups["model=gpt-4.1"]["tests"] == 1
+    assert groups["model=claude-sonnet-4-5"]["tests"] == 4
+    ttft = session["metrics"]["ttft"]
+    assert ttft["count"] == sum(t["metrics"]["ttft"]["count"] for t in result["tests"])
+    hist = LatencyHistogram.decode(ttft["hdr"])
+    assert hist.percentile(95) == ttft["p95"]  # group/session percentiles are HDR's
+    assert ttft["mean"] == ttft["sum"] / ttft["count"]
+
+
+def test_every_metric_block_names_its_otel_counterpart(result: dict[str, Any]) -> None:
+    blocks = result["tests"][0]["metrics"]
+    assert blocks["ttft"]["otel"] == {
+        "name": "gen_ai.client.operation.time_to_first_chunk",
+        "unit": "s",
+        "scale": 1e-6,
+    }
+    assert blocks["e2e"]["otel"]["name"] == "gen_ai.client.operation.duration"
+    assert blocks["tpot"]["otel"]["name"] == "gen_ai.server.time_per_output_token"
+    assert blocks["itl"]["otel"]["name"] == "gen_ai.client.operation.time_per_output_chunk"
+    assert blocks["output_tokens"]["otel"] == {
+        "name": "gen_ai.client.token.usage",
+        "unit": "{token}",
+        "scale": 1.0,
+        "attributes": {"gen_ai.token.type": "output"},
+    }
+    assert blocks["ttfb"]["otel"] is None
+    assert result["metrics_info"]["ttft"]["otel"] == OTEL["ttft"].to_dict()
+
+
+def _without_volatile(result: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(result)
+    del out["run"]
+    out["session"].pop("budgets")
+    out.pop("summary")
+    return out
+
+
+def test_merging_shards_equals_the_unsharded_run(tests_data: list[dict[str, Any]]) -> None:
+    whole = build_result(tests_data, session=SESSION, run=RUN)
+    first = build_result(tests_data[:2], session=SESSION, run=RUN)
+    second = build_result(tests_data[2:], session={"budgets": [], "partial": True}, run=RUN)
+    merged = merge_results([first, second])
+    assert _without_volatile(merged) == _without_volatile(whole)
+    # Byte for byte, histograms included, once the run info is set aside.
+    assert dumps(_without_volatile(merged)) == dumps(_without_volatile(whole))
+    assert merged["run"]["partial"] is True and merged["run"]["shards"] == 2
+    # And merging is associative with a third, empty shard.
+    empty = build_result([], session=SESSION, run=RUN)
+    assert _without_volatile(merge_results([merged, empty])) == _without_volatile(whole)
+
+
+def test_a_test_in_two_shards_is_kept_twice_and_marked(tests_data: list[dict[str, Any]]) -> None:
+    a = build_result(tests_data[:2], session=SESSION, run=RUN)
+    b = build_result(tests_data[1:3], session=SESSION, run=RUN)
+    merged = merge_results([a, b])
+    twice = [t for t in merged["tests"] if t["nodeid"] == tests_data[1]["nodeid"]]
+    assert [t["shard"] for t in twice] == [0, 1]
+    assert "shard" not in merged["tests"][0]
+    assert merged["groups"]["model=claude-sonnet-4-5"]["tests"] == 4
+
+
+def test_write_is_atomic_and_load_validates(tmp_path: Path, result: dict[str, Any]) -> None:
+    path = tmp_path / "latency.json"
+    write_result(path, result)
+    assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+    assert load_result(path) == _strict_loads(json.dumps(result))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ("{", "not valid JSON"),
+        ('{"schema": "pytest-latency/1", "x": NaN}', "not valid JSON"),
+        ("[1, 2]", "not a pytest-latency result file"),
+        ('{"schema": "something/1"}', "not a pytest-latency result file"),
+        ('{"schema": "pytest-latency/9"}', "not supported by this version"),
+        ('{"schema": "pytest-latency/1", "run": {}}', "'tests' missing"),
+    ],
+)
+def test_load_names_the_file_and_the_problem(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(ResultError, match=message) as info:
+        load_result(path)
+    assert str(path) in str(info.value)
+
+
+def test_compare_flags_a_significant_slowdown_only() -> None:
+    base = build_result(
+        [make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)], session=SESSION, run=RUN
+    )
+    slower = build_result(
+        [make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)], session=SESSION, run=RUN
+    )
+    noise = build_result(
+        [make_test("t.py::test_a", seed=3, samples=40, ttft_ms=300)], session=SESSION, run=RUN
+    )
+    flagged = compare_results(base, slower, tolerance=0.10)
+    ttft = next(c for c in flagged.changes if c.nodeid == "t.py::test_a" and c.metric == "ttft")
+    assert ttft.regression and ttft.p_value is not None and ttft.p_value < 0.01
+    assert ttft.change_p50 is not None and ttft.change_p50 > 0.5
+    assert not next(c for c in flagged.changes if c.metric == "tpot").regression
+    assert compare_results(base, noise, tolerance=0.10).regressions == ()
+    # A huge tolerance silences even a real slowdown: both conditions are needed.
+    assert compare_results(base, slower, tolerance=5.0).regressions == ()
+    assert compare_results(slower, base, tolerance=0.10).changes[0].improvement
+
+
+def test_empty_run_is_valid() -> None:
+    result = build_result([], session=SESSION, run=RUN)
+    assert result["tests"] == [] and result["groups"] == {}
+    assert result["session"]["metrics"] == {}
+    assert result["session"]["cache_read_ratio"]["cache_fields"] == "absent"
+    assert not math.isnan(_strict_loads(dumps(result))["session"]["call_count"])
+
+
+def test_histogram_buckets_regenerate_the_distribution() -> None:
+    hist = LatencyHistogram()
+    hist.record_many([0, 0, 7, 1005, 250_000, 250_010])
+    back = LatencyHistogram.decode(hist.encode())
+    buckets = back.buckets()
+    assert [c for _, c in buckets] == [2, 1, 1, 2]  # 250,000 and 250,010 share a bucket
+    assert buckets[0] == (0.0, 2) and buckets[1] == (7.0, 1)
+    assert buckets[-1][0] == back.percentile(100)
+    assert sum(c for _, c in buckets) == back.count
