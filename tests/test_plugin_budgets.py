@@ -153,8 +153,9 @@ def test_inconclusive_verdicts_draw_more_samples_until_confident(
             latency.record("ttft", VALUES[len(RUNS)], unit="ms")
 
         def test_zz():
-            # a p95 needs 59 values before it can pass confidently: 10 → 20 → 40 → 80
-            assert len(RUNS) == 80, len(RUNS)
+            # 10 → 20 → ... → 400 is up to seven looks, each judged at 1 − 5%/7 confidence
+            # (Bonferroni), where a p95 needs 94 values to pass: 10 → 20 → 40 → 80 → 160
+            assert len(RUNS) == 160, len(RUNS)
         """
     )
     result = tester.runpytest("test_inner_sequential.py", "-p", "no:randomly")
@@ -162,23 +163,44 @@ def test_inconclusive_verdicts_draw_more_samples_until_confident(
 
 
 @pytest.mark.parametrize(
-    ("policy", "outcome"), [("estimate", "passed"), ("pass", "passed"), ("fail", "failed")]
+    ("policy", "outcomes"),
+    [
+        # (fixed n=5, estimate over budget), (n=5 and max_samples=6, estimate over budget)
+        ("auto", {"failed": 1, "passed": 1}),  # estimate when n is fixed; pass after sampling
+        ("estimate", {"failed": 2}),
+        ("pass", {"passed": 2}),
+        ("fail", {"failed": 2}),
+    ],
 )
 def test_the_policy_decides_what_stays_inconclusive(
-    tester: pytest.Pytester, policy: str, outcome: str
+    tester: pytest.Pytester, policy: str, outcomes: dict[str, int]
 ) -> None:
     tester.makepyfile(
         test_inner_policy="""
         import pytest
 
+        # p95 estimates over 200 ms that 5 or 6 values can neither prove nor refute
+        VALUES = [120, 130, 140, 150, 260, 125]
+        SEEN = {"fixed": 0, "sequential": 0}
+
+        def record(latency, name):
+            latency.record("ttft", VALUES[SEEN[name]], unit="ms")
+            SEEN[name] += 1
+
         @pytest.mark.latency("ttft.p95 < 200ms", samples=5)
-        def test_few(latency):
-            latency.record("ttft", 120, unit="ms")
+        def test_fixed(latency):
+            record(latency, "fixed")
+
+        @pytest.mark.latency("ttft.p95 < 200ms", samples=5, max_samples=6)
+        def test_sequential(latency):
+            record(latency, "sequential")
         """
     )
-    result = tester.runpytest("test_inner_policy.py", f"--latency-inconclusive={policy}")
-    result.assert_outcomes(**{outcome: 1})
-    if outcome == "failed":
+    result = tester.runpytest(
+        "test_inner_policy.py", f"--latency-inconclusive={policy}", "-p", "no:randomly"
+    )
+    result.assert_outcomes(**outcomes)
+    if policy == "fail":
         result.stdout.fnmatch_lines(["*inconclusive; policy 'fail': fail*"])
 
 
@@ -186,7 +208,7 @@ def test_an_unknown_policy_in_the_ini_file_is_a_usage_error(tester: pytest.Pytes
     tester.makeini(INI + "latency_inconclusive = maybe\n")
     result = tester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*latency_inconclusive*maybe*estimate, pass, fail*"])
+    result.stderr.fnmatch_lines(["*latency_inconclusive*maybe*auto, estimate, pass, fail*"])
 
 
 def test_session_budgets_pool_every_test_and_fail_the_run(tester: pytest.Pytester) -> None:

@@ -337,3 +337,23 @@ def test_a_slow_consumer_is_flagged_and_read_ahead_restores_the_servers_timing(
     )
     tester.runpytest("--latency-sim=instant").assert_outcomes(passed=2)
     tester.runpytest("--latency-sim=instant", "--latency-read-ahead").assert_outcomes(passed=2)
+
+
+def test_auto_sim_stands_in_only_for_providers_nobody_configured(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "real-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    tester.makepyfile(
+        test_inner_auto="""
+        def test_where(anthropic_client, openai_client, llm_sim):
+            assert str(anthropic_client.base_url).startswith(llm_sim.anthropic_base_url)
+            assert str(openai_client.base_url) == "http://127.0.0.1:9/v1/"
+            assert openai_client.api_key == "real-key"
+        """
+    )
+    result = tester.runpytest("--latency-sim=auto:instant")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*endpoint=simulator (instant) where no provider is configured*"])

@@ -22,10 +22,29 @@ from pytest_latency.recording import Call
 
 CONFIDENCE = 0.95
 
+
+def confidence_for_looks(looks: int, confidence: float = CONFIDENCE) -> float:
+    """The per-look confidence when a test is judged up to `looks` times (sequential sampling):
+    a Bonferroni split of the error rate, so that the chance of a confident wrong verdict over
+    all looks stays within 1 − `confidence`. Without it, five looks at 95% are wrong up to ~5× as
+    often (measured: docs/verdicts.md)."""
+    return 1 - (1 - confidence) / max(1, looks)
+
+
 # What an inconclusive verdict (the interval straddles the budget) does to the test, after any
 # extra samples up to max_samples were drawn. See docs/budgets.md, "Inconclusive verdicts".
-POLICIES = ("estimate", "pass", "fail")
-DEFAULT_POLICY = "estimate"
+POLICIES = ("auto", "estimate", "pass", "fail")
+DEFAULT_POLICY = "auto"
+
+
+def effective_policy(policy: str, *, sampled_sequentially: bool) -> str:
+    """`auto` resolves to `pass` when sequential sampling had its chance (max_samples above
+    samples: what stays inconclusive then sits within the interval's width of the budget, and
+    failing it would flake) and to `estimate` when the sample size was fixed (a small n must
+    still gate). Measured in docs/verdicts.md."""
+    if policy != "auto":
+        return policy
+    return "pass" if sampled_sequentially else "estimate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +153,10 @@ def judge(
     data: dict[str, Any],
     *,
     policy: str = DEFAULT_POLICY,
+    confidence: float = CONFIDENCE,
 ) -> list[Judgement]:
     """Judge a test's expectations over its kept samples."""
-    return judge_pooled(expectations, [data], policy=policy)
+    return judge_pooled(expectations, [data], policy=policy, confidence=confidence)
 
 
 def judge_pooled(
@@ -144,13 +164,14 @@ def judge_pooled(
     tests: Sequence[dict[str, Any]],
     *,
     policy: str = DEFAULT_POLICY,
+    confidence: float = CONFIDENCE,
 ) -> list[Judgement]:
     """Judge expectations over the kept calls of several tests pooled (session and group
     budgets): per-call values pool across tests, `calls` pools every test's per-sample counts."""
     if policy not in POLICIES:
         raise ValueError(f"unknown inconclusive policy {policy!r}; valid: {', '.join(POLICIES)}")
     pool = _Pool.of(tests)
-    return [_apply_policy(_judge_one(e, pool), e, policy) for e in expectations]
+    return [_apply_policy(_judge_one(e, pool, confidence), e, policy) for e in expectations]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,14 +204,15 @@ class _Pool:
         ]
 
 
-def _judge_one(expectation: Expectation, pool: _Pool) -> Judgement:
+def _judge_one(expectation: Expectation, pool: _Pool, confidence: float) -> Judgement:
     in_scope = [c for c in pool.calls if _matches(c.final, expectation.filters)]
     finals = [c.final for c in in_scope]
     if expectation.is_goodput:  # good(...): the fraction of calls meeting every condition
         good = sum(_good(c, expectation) for c in finals)
-        return _judge_proportion(expectation, good, len(finals))
+        return _judge_proportion(expectation, good, len(finals), confidence)
     if expectation.metric == "error_rate":
-        return _judge_proportion(expectation, sum(c.failed for c in in_scope), len(in_scope))
+        failed = sum(c.failed for c in in_scope)
+        return _judge_proportion(expectation, failed, len(in_scope), confidence)
     if expectation.metric == "retries":
         total = float(sum(c.retries for c in in_scope))
         return _judge_exact(expectation, total, len(in_scope))
@@ -214,7 +236,7 @@ def _judge_one(expectation: Expectation, pool: _Pool) -> Judgement:
     else:
         values = per_call_values(expectation.metric, [c for c in finals if c.error is None])
     values.extend(v for metric, v in pool.manual if metric == expectation.metric)
-    return _judge_distribution(expectation, values)
+    return _judge_distribution(expectation, values, confidence)
 
 
 def _judge_exact(expectation: Expectation, value: float, n: int) -> Judgement:
@@ -223,17 +245,19 @@ def _judge_exact(expectation: Expectation, value: float, n: int) -> Judgement:
     return Judgement(expectation.text, verdict, verdict == "pass", value, None, n, message)
 
 
-def _judge_proportion(expectation: Expectation, hits: int, n: int) -> Judgement:
+def _judge_proportion(expectation: Expectation, hits: int, n: int, confidence: float) -> Judgement:
     if n == 0:
         return _no_data(expectation)
-    return _judged(expectation, stats.proportion_estimate(hits, n, CONFIDENCE))
+    return _judged(expectation, stats.proportion_estimate(hits, n, confidence))
 
 
-def _judge_distribution(expectation: Expectation, values: list[float]) -> Judgement:
+def _judge_distribution(
+    expectation: Expectation, values: list[float], confidence: float
+) -> Judgement:
     if not values:
         return _no_data(expectation)
     assert expectation.stat is not None  # distribution metrics always carry a stat
-    return _judged(expectation, stats.estimate_stat(values, expectation.stat, CONFIDENCE))
+    return _judged(expectation, stats.estimate_stat(values, expectation.stat, confidence))
 
 
 def _judged(expectation: Expectation, est: stats.Estimate) -> Judgement:
@@ -249,6 +273,7 @@ def _judged(expectation: Expectation, est: stats.Estimate) -> Judgement:
 def _apply_policy(judgement: Judgement, expectation: Expectation, policy: str) -> Judgement:
     if judgement.verdict != "inconclusive":
         return judgement
+    policy = effective_policy(policy, sampled_sequentially=False)
     if policy == "estimate":
         assert judgement.estimate is not None
         passed = expectation.holds(judgement.estimate)

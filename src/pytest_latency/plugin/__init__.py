@@ -96,7 +96,11 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None:
         return None
-    target = f"simulator ({settings.sim_preset})" if settings.sim_preset else "as configured"
+    target = "as configured"
+    if settings.sim_preset is not None:
+        target = f"simulator ({settings.sim_preset})"
+        if settings.sim_auto:
+            target += " where no provider is configured"
     budgets = ""
     if settings.budget_file is not None:
         count = len(settings.budget_file.rules) + bool(settings.budget_file.session)

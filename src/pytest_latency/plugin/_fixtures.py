@@ -58,11 +58,12 @@ class _Endpoint:
 def _endpoint(config: pytest.Config, provider: str) -> _Endpoint:
     settings = config.stash[SETTINGS_KEY]
     env_key = os.environ.get(f"{provider.upper()}_API_KEY")
-    if settings.sim_preset is not None:
+    explicit = settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
+    configured = bool(env_key or explicit or os.environ.get(f"{provider.upper()}_BASE_URL"))
+    if settings.sim_preset is not None and not (settings.sim_auto and configured):
         sim = sim_server(config)
         url = sim.anthropic_base_url if provider == "anthropic" else sim.openai_base_url
         return _Endpoint(url, env_key or "sim-key")
-    explicit = settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
     # None lets the SDK read <PROVIDER>_BASE_URL from the environment itself.
     return _Endpoint(explicit, env_key)
 

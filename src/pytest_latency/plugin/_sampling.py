@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from pytest_latency import attribution, diagnose
-from pytest_latency.aggregate import Judgement, judge, kept_calls
+from pytest_latency.aggregate import (
+    Judgement,
+    confidence_for_looks,
+    effective_policy,
+    judge,
+    kept_calls,
+)
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.plugin._state import (
     PLAN_KEY,
@@ -150,8 +156,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     run(plan.samples, warmup=False)
     # Sequential sampling: an interval that straddles the budget narrows with n; draw more
     # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
+    confidence = confidence_for_looks(plan.looks)
     while plan.budgeted and recording.samples_run < plan.max_samples:
-        verdicts = judge(plan.expectations, recording.to_data())
+        verdicts = judge(plan.expectations, recording.to_data(), confidence=confidence)
         if not any(j.verdict == "inconclusive" for j in verdicts):
             break
         run(min(recording.samples_run, plan.max_samples - recording.samples_run), warmup=False)
@@ -170,8 +177,13 @@ def pytest_runtest_makereport(
     data = recording.to_data()
     data["location"] = [report.location[0], report.location[1]]
     if plan is not None and plan.budgeted:
-        policy = item.config.stash[SETTINGS_KEY].policy
-        judgements = judge(plan.expectations, data, policy=policy)
+        policy = effective_policy(
+            item.config.stash[SETTINGS_KEY].policy,
+            sampled_sequentially=plan.max_samples > plan.samples,
+        )
+        confidence = confidence_for_looks(plan.looks)
+        judgements = judge(plan.expectations, data, policy=policy, confidence=confidence)
+        data["confidence"] = confidence
         data["budgets"] = [j.to_dict() for j in judgements]
         data["policy"] = policy
         _record_properties(item, report, judgements)

@@ -23,8 +23,9 @@ CAPTURE_DESC = (
     "or 'auto' (every httpx2/httpx request a test makes, by patching the default transports)"
 )
 SIM_DESC = (
-    "Start the built-in simulated LLM endpoint and point the client fixtures at it; "
-    "the value is a latency-model preset (default: 'default')"
+    "Start the built-in simulated LLM endpoint and point the client fixtures at it; the value "
+    "is a latency-model preset (default: 'default'). 'auto' or 'auto:PRESET' uses the simulator "
+    "only for providers with no API key or base URL configured"
 )
 ANTHROPIC_URL_DESC = "Base URL for the anthropic_client fixtures (beats ANTHROPIC_BASE_URL)"
 OPENAI_URL_DESC = "Base URL for the openai_client fixtures (beats OPENAI_BASE_URL)"
@@ -34,8 +35,9 @@ BUDGET_DESC = (
 )
 POLICY_DESC = (
     "What an inconclusive verdict (the confidence interval straddles the budget, after extra "
-    "samples up to max_samples) does: 'estimate' decides by the point estimate (default), "
-    "'pass' fails only confident misses, 'fail' demands confident passes"
+    "samples up to max_samples) does: 'estimate' decides by the point estimate, 'pass' fails "
+    "only confident misses, 'fail' demands confident passes; 'auto' (default) is 'pass' for "
+    "tests that could sample up to max_samples and 'estimate' for fixed sample sizes"
 )
 READ_AHEAD_DESC = (
     "Read response bodies as they arrive (a thread or task per stream) rather than when the "
@@ -160,9 +162,13 @@ def read_settings(config: pytest.Config) -> Settings:
         config, "latency_inconclusive", POLICIES
     )
     sim_preset = _cli(config, "latency_sim") or _ini(config, "latency_sim")
+    sim_auto = False
     if sim_preset is not None:
         from pytest_latency.sim import LatencyModel, SimSettingsError
 
+        if sim_preset == "auto" or sim_preset.startswith("auto:"):
+            sim_auto = True
+            sim_preset = sim_preset.partition(":")[2] or "default"
         try:
             LatencyModel.preset(sim_preset)
         except SimSettingsError as exc:
@@ -170,6 +176,7 @@ def read_settings(config: pytest.Config) -> Settings:
     return Settings(
         capture=capture_mode or "fixtures",
         sim_preset=sim_preset,
+        sim_auto=sim_auto,
         anthropic_base_url=_cli(config, "latency_anthropic_base_url")
         or _ini(config, "latency_anthropic_base_url"),
         openai_base_url=_cli(config, "latency_openai_base_url")

@@ -32,6 +32,8 @@ class Settings:
     budget_file: BudgetFile | None
     policy: str
     read_ahead: bool = False
+    # `--latency-sim=auto`: the simulator stands in only for providers nobody configured.
+    sim_auto: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,16 @@ class SamplingPlan:
     @property
     def budgeted(self) -> bool:
         return bool(self.expectations)
+
+    @property
+    def looks(self) -> int:
+        """How many times the verdicts may be computed: after `samples`, then after each
+        doubling until `max_samples` (20 → 40 → 80 → 160 → 200 is five looks)."""
+        looks, n = 1, self.samples
+        while n < self.max_samples:
+            n = min(2 * n, self.max_samples)
+            looks += 1
+        return looks
 
 
 @dataclass(slots=True)

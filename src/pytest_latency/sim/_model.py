@@ -159,6 +159,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "concurrency_slowdown": 0.02,
         "output_tokens": 64,
     },
+    # The examples' endpoint: shaped like "hosted" (prefill cost, multi-token events, noise,
+    # rare tails) at a tenth of the time, so a demo suite of hundreds of calls takes seconds.
+    "demo": {
+        "ttfb_ms": 12.0,
+        "prefill_us_per_token": 6.0,
+        "decode_ms_per_token": 1.5,
+        "tokens_per_chunk": 3,
+        "jitter": 0.2,
+        "tail_prob": 0.01,
+        "tail_ms": 150.0,
+        "output_tokens": 48,
+        "reasoning_tokens": 24,
+        "cache_min_tokens": 1024,
+    },
     # A hosted frontier API: slow headers, multi-token events, noise and rare long tails.
     "hosted": {
         "ttfb_ms": 120.0,
