@@ -92,7 +92,7 @@ class LatencyCollector:
         if current is not None and current.nodeid not in self._reported:
             # Ctrl-C inside a test: keep what it measured, marked as such.
             self._run.tests.append({**current.to_data(), "outcome": "interrupted"})
-        if not self._outputs.wanted:
+        if not (self._outputs.wanted or os.environ.get("GITHUB_STEP_SUMMARY")):
             return
         try:
             result = self._result(session, partial=interrupted)
