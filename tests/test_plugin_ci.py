@@ -22,7 +22,7 @@ import pytest
 def paced(llm_sim):
     decode = float(os.environ["DECODE_MS"])
     llm_sim.set_model(llm_sim.model.replace(
-        ttfb_ms=1.0, decode_ms_per_token=decode, output_tokens=8, jitter=0.05, seed=3))
+        ttfb_ms=1.0, decode_ms_per_token=decode, output_tokens=6, jitter=0.05, seed=3))
     return llm_sim
 
 @pytest.mark.latency("e2e.max < 10s", samples=30)
@@ -43,19 +43,23 @@ def tester(pytester: pytest.Pytester) -> pytest.Pytester:
 def test_a_slower_head_is_a_regression_against_the_saved_baseline(
     tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DECODE_MS", "1")
+    # Decode dominates each call (6 × 5 ms), so a loaded machine's scheduling noise (a few ms)
+    # stays small against the 3× slowdown the test looks for.
+    monkeypatch.setenv("DECODE_MS", "5")
     saved = tester.runpytest("--latency-sim=instant", "--latency-save=base.json")
     saved.assert_outcomes(passed=1)
     assert saved.ret == pytest.ExitCode.OK
 
-    same = tester.runpytest("--latency-sim=instant", "--latency-baseline=base.json")
+    same = tester.runpytest(
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=25%"
+    )
     same.assert_outcomes(passed=1)
     assert same.ret == pytest.ExitCode.OK
     same.stdout.no_fnmatch_line("*regressions against the baseline*")
 
-    monkeypatch.setenv("DECODE_MS", "3")  # every stream about three times slower
+    monkeypatch.setenv("DECODE_MS", "15")  # every stream about three times slower
     slower = tester.runpytest(
-        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=20%"
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=25%"
     )
     slower.assert_outcomes(passed=1)  # the test itself still meets its own budget...
     assert slower.ret == pytest.ExitCode.TESTS_FAILED  # ...but the run fails on the regression

@@ -194,7 +194,9 @@ def test_request_id_header_matches_truth(sim: SimServer, oai: Any) -> None:
 LONG = "".join(
     f"Rule {i}: answer briefly, cite the source, keep latency low.\n" for i in range(300)
 )
-CACHE_MODEL = BASE.replace(prefill_us_per_token=10.0, cache_min_tokens=1024)
+# A prefill cost large enough (~160 ms for the long prompt) that the saving stands well clear of
+# the scheduling noise of a loaded 2-core machine (tens of ms at worst).
+CACHE_MODEL = BASE.replace(prefill_us_per_token=40.0, cache_min_tokens=1024)
 
 
 def _check_cache_pair(first: TruthRecord, second: TruthRecord, cacheable: int) -> None:
@@ -203,7 +205,7 @@ def _check_cache_pair(first: TruthRecord, second: TruthRecord, cacheable: int) -
     assert cacheable - 64 < second.cache_read_tokens <= cacheable
     assert first.ttft_ns is not None and second.ttft_ns is not None
     saved = first.prefill_ns - second.prefill_ns
-    assert saved > 30_000_000  # ~4000 tokens × 10 µs
+    assert saved > 120_000_000  # ~4000 tokens × 40 µs
     # The TTFT drop is the modelled prefill saving, give or take scheduling noise.
     assert abs((first.ttft_ns - second.ttft_ns) - saved) < 0.3 * saved
 
