@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -29,6 +30,7 @@ def call_metrics(
     chunks: int = 10,
     attempt: int = 0,
     consumer_bound: bool = False,
+    error_detail: str | None = None,
 ) -> CallMetrics:
     itl: tuple[float, ...] = ()
     tpot = None
@@ -62,7 +64,7 @@ def call_metrics(
         content_chunks=0 if error else chunks,
         channels=() if error else ("text",),
         error=error,
-        error_detail=None,
+        error_detail=error_detail,
         incomplete=False,
         opaque=False,
         consumer_bound=consumer_bound,
@@ -195,4 +197,106 @@ def sample_tests() -> list[dict[str, Any]]:
             seed=5,
             samples=8,
         ),
+    ]
+
+
+def prefill_bound_test(nodeid: str, *, samples: int = 12, seed: int = 11) -> dict[str, Any]:
+    """Long uncached prompts (3,000–9,000 tokens) and short answers: ~80% of e2e before the
+    first token, with a linear prefill cost of 80 ms per 1k tokens over a 150 ms fixed part."""
+    rng = random.Random(seed)
+    data = make_test(nodeid, seed=seed, samples=samples)
+    calls = []
+    for sample in range(samples):
+        tokens = rng.randint(3000, 9000)
+        ttft = 150 + 0.08 * tokens
+        e2e = ttft + rng.uniform(250, 400)
+        metrics = call_metrics(
+            t_start_ms=1000.0 + 20_000 * sample,
+            ttft_ms=ttft,
+            e2e_ms=e2e,
+            input_tokens=tokens,
+            cache_read=0,
+            output_tokens=rng.randint(40, 80),
+        )
+        calls.append(call_dict(sample, metrics))
+    data["calls"] = calls
+    return data
+
+
+def serial_independent_test(nodeid: str, *, samples: int = 6, seed: int = 12) -> dict[str, Any]:
+    """Three calls per sample, one after another, none of whose requests carries an earlier
+    call's output (disjoint fingerprints): parallel would have saved two thirds of the time."""
+    rng = random.Random(seed)
+    data = make_test(nodeid, seed=seed, samples=samples)
+    calls = []
+    for sample in range(samples):
+        t = 1000.0 + 30_000 * sample
+        for step in range(3):
+            e2e = rng.uniform(700, 1100)
+            metrics = call_metrics(
+                t_start_ms=t, ttft_ms=e2e * 0.3, e2e_ms=e2e, input_tokens=400, cache_read=0
+            )
+            marker = 1000 * (sample * 3 + step)
+            metrics = dataclasses.replace(
+                metrics,
+                request_shingles=tuple(range(marker + 500, marker + 520)),
+                output_shingles=tuple(range(marker, marker + 20)),
+            )
+            calls.append(call_dict(sample, metrics))
+            t += e2e + 2
+    data["calls"] = calls
+    return data
+
+
+def faulty_test(nodeid: str, *, samples: int = 10, seed: int = 13) -> dict[str, Any]:
+    """A test that met every fault: 429s the SDK retried (recovered, and one that gave up),
+    an SSE overloaded error, a dropped connection, a client timeout, and consumer-bound calls."""
+    data = make_test(nodeid, seed=seed, samples=samples, budgets=())
+    kept = data["calls"][:]
+
+    def fail(kind: str, t: float, detail: str | None = None) -> CallMetrics:
+        return call_metrics(t_start_ms=t, ttft_ms=None, e2e_ms=30, error=kind, error_detail=detail)
+
+    ok = call_metrics(t_start_ms=900_000, ttft_ms=250, e2e_ms=1200, attempt=1)
+    bound = call_metrics(t_start_ms=950_000, ttft_ms=260, e2e_ms=1900, consumer_bound=True)
+    kept += [
+        call_dict(0, fail("http_429", 800_000, "rate_limit_error: slow down"), ok),
+        call_dict(
+            1,
+            fail("http_429", 810_000, "rate_limit_error: slow down"),
+            fail("http_429", 811_000),
+            fail("http_429", 812_000),
+        ),
+        call_dict(2, fail("http_529", 820_000, "overloaded_error: Overloaded")),
+        call_dict(3, fail("sse_error:overloaded_error", 830_000, "Overloaded")),
+        call_dict(4, fail("RemoteProtocolError", 840_000, "peer closed connection")),
+        call_dict(5, fail("ReadTimeout", 850_000)),
+        call_dict(6, bound),
+        call_dict(7, dataclasses.replace(bound, t_start_ns=bound.t_start_ns + 10**9)),
+    ]
+    data["calls"] = kept
+    return data
+
+
+def diagnosis_tests() -> list[dict[str, Any]]:
+    """Tests built to trip the diagnosis and the error reporting: prefill-bound (with a failing
+    TTFT budget), serial-but-independent calls, every fault, and a finding whose message tries
+    to inject HTML."""
+    prefill = prefill_bound_test("tests/diag/test_long_prompt.py::test_summarise")
+    expectations = [parse_expectation("ttft.p95 < 1s", source="diag")]
+    prefill["budgets"] = [j.to_dict() for j in judge(expectations, prefill)]
+    prefill["outcome"] = "failed"
+    hostile = make_test("tests/diag/test_hostile.py::test_message", seed=14, samples=6)
+    hostile["findings"] = [
+        {
+            "kind": "unstable_prefix",
+            "message": "unstable prefix: <script>alert(1)</script> | *x* differs",
+            "evidence": {"calls": 3, "of": 6, "note": "<img src=x onerror=alert(1)>"},
+        }
+    ]
+    return [
+        prefill,
+        serial_independent_test("tests/diag/test_agent.py::test_three_tools"),
+        faulty_test("tests/diag/test_faults.py::test_flaky_provider"),
+        hostile,
     ]

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from latency_data import RUN, SESSION, make_test, sample_tests
+from latency_data import RUN, SESSION, diagnosis_tests, make_test, sample_tests
 
 from pytest_latency.report import render_comparison, render_html, render_markdown
 from pytest_latency.report._markdown import escape
@@ -40,12 +40,13 @@ def test_verdict_comes_first_and_says_which_budget_failed_by_how_much(
 
 
 def test_each_detailed_test_says_prefill_or_decode_and_cache(page: str) -> None:
-    assert "Decode-bound." in page or "Prefill-bound." in page
+    assert "Mostly streaming." in page or "Mostly before the first token." in page
     assert "of input tokens were read from the prompt cache" in page
     assert "cache read ratio is absent, not 0" in page  # the OpenAI test without cache fields
     assert "calls per sample (median) overlap" in page  # fan-out
     assert "run one after another" in page  # the serial chain
-    assert "http_429 ×2" in page
+    assert "2 of 14 calls failed (1 kind); 0 SDK retries." in page
+    assert '<code>http_429</code></td><td class="num">2</td>' in page
     for chart in ("Latency by percentile", "Inter-chunk gaps", "TTFT vs uncached", "per sample"):
         assert chart in page
 
@@ -130,3 +131,147 @@ def test_comparison_markdown_lists_regressions() -> None:
     assert "🔴 regression" in text and "| t.py::test\\_a | ttft |" in text
     same = render_comparison(compare_results(base, base), base="b", head="b")
     assert same.startswith("✅") and "regression |" not in same
+
+
+# --- diagnosis, what-ifs and errors ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def diag_result() -> dict[str, Any]:
+    return build_result(sample_tests() + diagnosis_tests(), session=SESSION, run=RUN)
+
+
+@pytest.fixture(scope="module")
+def diag_page(diag_result: dict[str, Any]) -> str:
+    return render_html(diag_result)
+
+
+def _section(page: str, start: str, end: str) -> str:
+    return page[page.index(start) : page.index(end, page.index(start))]
+
+
+def _detail_of(page: str, nodeid: str) -> str:
+    start = page.index(f'<span class="id">{nodeid}</span></summary>')
+    return page[start : page.index("</details>", start)]
+
+
+def test_the_diagnosis_comes_after_the_verdict_with_titles_messages_and_evidence(
+    diag_page: str,
+) -> None:
+    verdict = diag_page.index('id="verdict"')
+    diagnosis = diag_page.index('<h2 id="diagnosis">Diagnosis</h2>')
+    assert (
+        verdict
+        < diagnosis
+        < diag_page.index('<h2 id="errors">')
+        < diag_page.index("<h2>Budgets</h2>")
+    )
+    top = _section(diag_page, '<h2 id="diagnosis">', "<h2>Budgets</h2>")
+    for title in (
+        "Prefill-bound",
+        "Serial calls that could run in parallel",
+        "Consumer-bound calls",
+        "Too few samples",
+        "Cache fields absent",
+    ):
+        assert f'{title} <span class="count">' in top, title
+    # The message (without its repeated lead-in) and the numbers it rests on, in their units.
+    assert "% of e2e is before the first token (median of 12 streamed calls" in top
+    assert "<i>before 1st token</i> 6" in top and "<i>fit prefill cost</i> 80 ms per 1k" in top
+    assert "<i>median saving per sample</i> 1." in top and " s</span>" in top
+    assert "<i>n</i> 12" in top
+    # Rollup findings name their scope.
+    assert "model=gpt-4.1" in top and "session" in top
+
+
+def test_a_prefill_bound_test_shows_its_finding_and_what_ifs(diag_page: str) -> None:
+    detail = _detail_of(diag_page, "tests/diag/test_long_prompt.py::test_summarise")
+    assert '<div class="ftitle">Prefill-bound' in detail
+    assert "shorten or cache the prompt" in detail
+    assert "Fan-out: the slowest of K parallel calls" in detail
+    assert "e2e (n=12) p99" in detail and "ttft (n=12) p50" in detail
+    ks = re.findall(r'<tr><td class="num">(\d+)</td>', _section(detail, "Fan-out", "</table>"))
+    assert ks == ["1", "5", "10", "20", "50", "100"]
+    assert "too few values for this p99" in detail  # 12 values cannot support a p99 tail
+    hedge = _section(detail, "Hedging", "</table>")
+    assert "e2e: duplicate at p90" in hedge and "e2e: duplicate at p95" in hedge
+    assert "+10%" in hedge and "+5%" in hedge and " → " in hedge
+
+
+def test_a_serial_test_shows_the_pairs_and_the_saving(diag_page: str) -> None:
+    detail = _detail_of(diag_page, "tests/diag/test_agent.py::test_three_tools")
+    assert "Serial calls that could run in parallel" in detail
+    assert "0→1 (" in detail and "overlap)" in detail
+    assert "Calls per sample (agent steps): median 3" in detail
+
+
+def test_what_ifs_say_when_there_are_too_few_calls() -> None:
+    result = build_result([make_test("t.py::test_few", samples=3)], session=SESSION, run=RUN)
+    detail = build_view(result).details[0]
+    assert detail.what_ifs is not None and not detail.what_ifs.fan_out
+    assert "e2e: 3 successful calls, too few for what-ifs (needs 5)." in detail.what_ifs.notes
+    assert "3 calls, too few to say (needs 5)" in render_html(result)
+
+
+def test_errors_by_kind_with_attempts_in_the_run_summary_and_per_test(diag_page: str) -> None:
+    errors = _section(diag_page, '<h2 id="errors">', "<h2>Budgets</h2>")
+    assert "7 of 131 calls failed (5 kinds); 3 SDK retries." in errors
+    for kind in (
+        "http_429",
+        "http_529",
+        "sse_error:overloaded_error",
+        "RemoteProtocolError",
+        "ReadTimeout",
+    ):
+        assert f"<code>{kind}</code>" in errors, kind
+    assert "1 failed, 3 retried" in errors and "2 failed" in errors
+    assert "consumer-bound (the test read the stream slower than it arrived)" in errors
+    detail = _detail_of(diag_page, "tests/diag/test_faults.py::test_flaky_provider")
+    row = re.search(r"<tr><td><code>http_429</code></td>(.*?)</tr>", detail)
+    assert row is not None
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))
+    assert cells == ["1", "4", "3", "1", "rate_limit_error: slow down"]  # failed, attempts, …
+    assert "2 call(s) consumer-bound" in detail
+    # The tests table counts the flagged calls.
+    assert re.search(
+        r"test_flaky_provider</a></td>(<td[^>]*>[^<]*</td>){10}<td class=\"num\">2<", diag_page
+    )
+
+
+def test_finding_messages_are_escaped(diag_result: dict[str, Any], diag_page: str) -> None:
+    assert INJECTED not in diag_page and "<img src=x" not in diag_page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; | *x* differs" in diag_page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in diag_page
+    assert len(re.findall(r"<script\b", diag_page)) == 2
+    text = render_markdown(diag_result)
+    assert INJECTED not in text and "<img" not in text
+    line = next(x for x in text.splitlines() if "Unstable prompt prefix" in x)
+    assert "&lt;script&gt;alert\\(1\\)&lt;/script&gt; \\| \\*x\\* differs" in line
+
+
+def test_markdown_has_one_line_per_finding_kind_and_errors_by_kind(
+    diag_result: dict[str, Any],
+) -> None:
+    text = render_markdown(diag_result)
+    assert text.index("### Failing budgets") < text.index("### Diagnosis") < text.index("### Tests")
+    diagnosis = _section(text, "### Diagnosis", "### Errors")
+    assert (
+        "- **Prefill-bound** — tests/diag/test\\_long\\_prompt.py::test\\_summarise: " in diagnosis
+    )
+    assert "- **Serial calls that could run in parallel** — tests/diag/test\\_agent.py" in diagnosis
+    assert "- **Consumer-bound calls** (session): 2 of 131 calls" in diagnosis
+    # One line per kind per test: the prefill test's two findings are two lines, not more.
+    assert diagnosis.count("test\\_long\\_prompt.py::test\\_summarise") == 2
+    assert all(len(line) < 400 for line in diagnosis.splitlines())
+    errors = _section(text, "### Errors", "### Tests")
+    assert (
+        "| http\\_429 | 3 | 3 | tests/diag/test\\_faults.py::test\\_flaky\\_provider "
+        "(1 failed, 3 retried)" in errors
+    )
+    assert "| sse\\_error:overloaded\\_error | 1 |" in errors
+    assert "- 2 calls consumer-bound" in errors
+    # A healthy run has neither section.
+    quiet = render_markdown(
+        build_result([make_test("t.py::test_ok", samples=6)], session=SESSION, run=RUN)
+    )
+    assert "### Errors" not in quiet

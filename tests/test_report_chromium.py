@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from latency_data import RUN, SESSION, make_test, sample_tests
+from latency_data import RUN, SESSION, diagnosis_tests, make_test, sample_tests
 
 from pytest_latency.report import render_html
 from pytest_latency.results import build_result
@@ -53,7 +53,9 @@ def _body_attributes(dom: str) -> dict[str, str]:
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("report")
     small = root / "report.html"
-    small.write_text(render_html(build_result(sample_tests(), session=SESSION, run=RUN)))
+    # The small report carries findings, what-ifs, errors of every kind and a hostile message.
+    tests = sample_tests() + diagnosis_tests()
+    small.write_text(render_html(build_result(tests, session=SESSION, run=RUN)))
     many = [
         make_test(f"tests/test_many.py::test_case[{i}]", seed=i, samples=3) for i in range(1000)
     ]
@@ -72,6 +74,11 @@ def test_report_loads_without_errors_and_every_chart_has_content(pages: dict[str
     # The hostile id is text in the live DOM: escaped when serialised, never an element.
     assert "test_inject[&lt;script&gt;alert(1)&lt;/script&gt;|*_`]" in run.stdout
     assert "<script>alert(1)" not in run.stdout
+    # So are a finding's message and evidence, and the diagnosis and errors sections render.
+    assert "&lt;img src=x onerror=alert(1)&gt;" in run.stdout and "<img" not in run.stdout
+    assert (
+        'id="diagnosis"' in run.stdout and "<code>sse_error:overloaded_error</code>" in run.stdout
+    )
     assert len(re.findall(r"<script\b", run.stdout)) == 2
 
 

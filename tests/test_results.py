@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from latency_data import RUN, SESSION, call_dict, call_metrics, make_test, sample_tests
+from latency_data import (
+    RUN,
+    SESSION,
+    call_dict,
+    call_metrics,
+    diagnosis_tests,
+    make_test,
+    sample_tests,
+)
 
 from pytest_latency import stats
 from pytest_latency.aggregate import kept_calls, per_call_values
@@ -227,9 +235,14 @@ def test_every_metric_block_names_its_otel_counterpart(result: dict[str, Any]) -
 
 
 def _without_volatile(result: dict[str, Any]) -> dict[str, Any]:
+    """What a merge must reproduce exactly: all but run info, session budgets and the rollups'
+    findings (judged and diagnosed per shard: calls are not in the file to redo them)."""
     out = copy.deepcopy(result)
     del out["run"]
     out["session"].pop("budgets")
+    out["session"].pop("findings")
+    for group in out["groups"].values():
+        group.pop("findings")
     out.pop("summary")
     return out
 
@@ -326,3 +339,126 @@ def test_histogram_buckets_regenerate_the_distribution() -> None:
     assert buckets[0] == (0.0, 2) and buckets[1] == (7.0, 1)
     assert buckets[-1][0] == back.percentile(100)
     assert sum(c for _, c in buckets) == back.count
+
+
+# --- diagnosis and errors in the file ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def diag_data() -> list[dict[str, Any]]:
+    return diagnosis_tests()
+
+
+@pytest.fixture(scope="module")
+def diag_result(diag_data: list[dict[str, Any]]) -> dict[str, Any]:
+    return build_result(diag_data, session=SESSION, run=RUN)
+
+
+def test_findings_and_what_ifs_reach_the_file_as_strict_json(diag_result: dict[str, Any]) -> None:
+    back = _strict_loads(dumps(diag_result))
+    prefill = _test(back, "test_summarise")
+    kinds = [f["kind"] for f in prefill["findings"]]
+    assert kinds == ["prefill_bound", "too_few_samples"]
+    evidence = prefill["findings"][0]["evidence"]
+    assert evidence["n"] == 12 and evidence["share_before_first_token"] > 0.5
+    assert evidence["prefill_fit"]["ms_per_1k_uncached_tokens"] == pytest.approx(80, rel=0.01)
+    what = prefill["what_ifs"]
+    assert [r["k"] for r in what["e2e"]["fan_out"]] == [1, 5, 10, 20, 50, 100]
+    assert [h["delay_percentile"] for h in what["ttft"]["hedge"]] == [90.0, 95.0]
+    # K = 1 is the test's own percentile (to the 7 significant digits the file keeps).
+    assert what["e2e"]["fan_out"][0]["p50"] == pytest.approx(prefill["metrics"]["e2e"]["p50"])
+    assert what["calls_per_sample"]["n"] == 12
+    serial = _test(back, "test_three_tools")
+    assert [f["kind"] for f in serial["findings"]] == ["serial_independent_calls"]
+    assert serial["findings"][0]["evidence"]["example_pairs"][0][:2] == [0, 1]
+
+
+def test_findings_the_plugin_attached_are_copied_and_made_strict(
+    diag_data: list[dict[str, Any]],
+) -> None:
+    data = copy.deepcopy(diag_data[3])  # carries its own (hostile) findings
+    data["findings"].append(
+        {"kind": "prefill_bound", "message": "m", "evidence": {"share": math.nan, "x": math.inf}}
+    )
+    entry = build_result([data], session=SESSION, run=RUN)["tests"][0]
+    assert entry["findings"][0] == diag_data[3]["findings"][0]  # unchanged
+    assert entry["findings"][1]["evidence"] == {"share": None, "x": None}
+    _strict_loads(dumps(entry))
+    # Without findings in the data they are computed here, by the diagnosis itself.
+    plain = make_test("t.py::test_plain", samples=3)
+    assert build_result([plain], session=SESSION, run=RUN)["tests"][0]["findings"] == [
+        {
+            "kind": "too_few_samples",
+            "message": "prefill/decode split: 3 calls, too few to say (needs 5)",
+            "evidence": {"check": "prefill/decode split", "n": 3, "needed": 5, "unit": "calls"},
+        }
+    ]
+
+
+def test_groups_and_session_carry_findings_over_their_pooled_calls(
+    result: dict[str, Any], diag_result: dict[str, Any]
+) -> None:
+    absent = result["groups"]["model=gpt-4.1"]["findings"]
+    assert [f["kind"] for f in absent] == ["cache_fields_absent"]
+    assert absent[0]["scope"] == "model=gpt-4.1"
+    assert result["groups"]["model=claude-sonnet-4-5"]["findings"] == []
+    session = diag_result["session"]["findings"]
+    assert [(f["kind"], f["scope"]) for f in session] == [("consumer_bound", "session")]
+    assert session[0]["evidence"]["of"] == diag_result["session"]["call_count"]
+
+
+def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[str, Any]) -> None:
+    faults = _test(diag_result, "test_flaky_provider")
+    assert faults["errors"] == {
+        "ReadTimeout": 1,
+        "RemoteProtocolError": 1,
+        "http_429": 1,
+        "http_529": 1,
+        "sse_error:overloaded_error": 1,
+    }
+    assert faults["retries"] == 3 and faults["retried_errors"] == {"http_429": 3}
+    assert faults["error_kinds"]["http_429"] == {
+        "failed": 1,  # the call that gave up after three attempts
+        "attempts": 4,
+        "retried": 3,
+        "recovered": 1,  # the call whose retry succeeded
+        "detail": "rate_limit_error: slow down",
+    }
+    assert faults["error_kinds"]["ReadTimeout"]["detail"] is None
+    assert faults["flags"]["consumer_bound"] == 2
+    session = diag_result["session"]
+    assert session["retried_errors"] == {"http_429": 3}
+    assert session["flags"] == {"consumer_bound": 2, "incomplete": 0, "opaque": 0}
+    assert diag_result["groups"]["model=claude-sonnet-4-5"]["retried_errors"] == {"http_429": 3}
+
+
+def test_merged_rollup_findings_are_kept_per_shard(diag_data: list[dict[str, Any]]) -> None:
+    whole = build_result(diag_data, session=SESSION, run=RUN)
+    first = build_result(diag_data[:3], session=SESSION, run=RUN)
+    second = build_result(diag_data[3:], session=SESSION, run=RUN)
+    merged = merge_results([first, second])
+    assert _without_volatile(merged) == _without_volatile(whole)
+    # Per-test findings and what-ifs travel with their test, unchanged.
+    assert [t["findings"] for t in merged["tests"]] == [t["findings"] for t in whole["tests"]]
+    assert [t["what_ifs"] for t in merged["tests"]] == [t["what_ifs"] for t in whole["tests"]]
+    # Rollup findings are each shard's own, marked; none is recomputed.
+    assert merged["session"]["findings"] == [
+        {**f, "shard": 0} for f in first["session"]["findings"]
+    ] + [{**f, "shard": 1} for f in second["session"]["findings"]]
+    # With one shard that has calls, they are the run's own, unmarked.
+    empty = build_result([], session=SESSION, run=RUN)
+    alone = merge_results([whole, empty])
+    assert alone["session"]["findings"] == whole["session"]["findings"]
+    assert alone["groups"] == whole["groups"]
+    _strict_loads(dumps(merged))
+
+
+def test_the_result_file_is_written_with_ordinary_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    target = tmp_path / "r.json"
+    write_result(target, {"schema": "pytest-latency/1"})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask

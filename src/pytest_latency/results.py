@@ -5,10 +5,12 @@ the per-test data the plugin collects into per-test metric blocks (exact percent
 values, with the same linear estimator budgets use), per-model/per-endpoint rollups and the
 session block (HDR histograms, so CI shards merge exactly), the OpenTelemetry GenAI name and unit
 each metric maps to, loading with schema validation, atomic writing, the merge of shard files
-and the statistical comparison of two runs. The report renders what this module builds; it never
-recomputes a metric.
+and the statistical comparison of two runs. It also attaches the diagnosis: per test the findings
+the plugin computed (or `diagnose.findings_for_test` when absent) and the what-ifs (fan-out,
+hedging), per group and for the session the findings over their pooled calls. The report renders
+what this module builds; it never recomputes a metric.
 
-May import `aggregate` (scope rules: kept calls, value pools, cache ratio), `budgets`,
+May import `aggregate` (scope rules: kept calls, value pools, cache ratio), `budgets`, `diagnose`,
 `histogram`, `stats`, `catalogue`, `metrics`; never pytest, never jinja2.
 """
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pytest_latency import stats
+from pytest_latency import diagnose, stats
 from pytest_latency.aggregate import cache_read_ratio, kept_calls, per_call_values
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.histogram import LatencyHistogram
@@ -222,23 +224,39 @@ class _Tally:
         }
 
 
+FLAGS: Final = ("consumer_bound", "incomplete", "opaque")
+
+
 @dataclass(slots=True)
 class _Rollup:
     tally: _Tally
     errors: Counter[str]
+    retried_errors: Counter[str]
+    flags: Counter[str]
     values: dict[str, list[float]]
+    finals: list[CallMetrics]
 
     @classmethod
     def empty(cls) -> _Rollup:
-        return cls(_Tally(), Counter(), {m: [] for m in (*TIME_METRICS, *TOKEN_METRICS)})
+        return cls(
+            _Tally(),
+            Counter(),
+            Counter(),
+            Counter({f: 0 for f in FLAGS}),
+            {m: [] for m in (*TIME_METRICS, *TOKEN_METRICS)},
+            [],
+        )
 
     def add_calls(self, calls: Sequence[Call]) -> None:
         finals = [c.final for c in calls]
         ok = [f for f in finals if f.error is None]
+        self.finals.extend(finals)
         self.tally.call_count += len(calls)
         self.tally.error_count += len(finals) - len(ok)
         self.tally.retries += sum(c.retries for c in calls)
         self.errors.update(f.error for f in finals if f.error is not None)
+        self.retried_errors.update(_retried_errors(calls))
+        self.flags.update(_flags(finals))
         ratio = cache_read_ratio(ok)
         if ratio is not None:
             self.tally.calls_reporting_cache += ratio.n
@@ -247,26 +265,66 @@ class _Rollup:
         for metric, pool in self.values.items():
             pool.extend(per_call_values(metric, ok))
 
-    def to_dict(self, key_fields: Mapping[str, str]) -> dict[str, Any]:
+    def to_dict(self, key_fields: Mapping[str, str], scope: str) -> dict[str, Any]:
         metrics = {m: _HdrPool.of(v).block(m) for m, v in self.values.items() if v}
-        return _aggregate_dict(key_fields, self.tally, self.errors, metrics)
+        out = _aggregate_dict(
+            key_fields, self.tally, self.errors, self.retried_errors, self.flags, metrics
+        )
+        # Findings over the pooled calls (prefill/decode, cache health, consumer-bound); the
+        # per-sample checks (serial calls, budgets) stay per test.
+        found = diagnose.diagnose_calls(self.finals)
+        out["findings"] = _json_safe(
+            [diagnose.Finding(f.kind, f.message, f.evidence, scope=scope).to_dict() for f in found]
+        )
+        return out
+
+
+def _retried_errors(calls: Sequence[Call]) -> Counter[str]:
+    """Errors of attempts the SDK retried (every attempt but the last), by kind."""
+    return Counter(a.error for c in calls for a in c.attempts[:-1] if a.error is not None)
+
+
+def _flags(finals: Sequence[CallMetrics]) -> dict[str, int]:
+    return {
+        "consumer_bound": sum(f.consumer_bound for f in finals),
+        "incomplete": sum(f.incomplete for f in finals),
+        "opaque": sum(f.opaque for f in finals),
+    }
 
 
 def _aggregate_dict(
     key_fields: Mapping[str, str],
     tally: _Tally,
     errors: Mapping[str, int],
+    retried_errors: Mapping[str, int],
+    flags: Mapping[str, int],
     metrics: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         **key_fields,
         **tally.to_dict(),
         "errors": dict(sorted(errors.items())),
+        "retried_errors": dict(sorted(retried_errors.items())),
+        "flags": {f: int(flags.get(f, 0)) for f in FLAGS},
         "cache_read_ratio": _ratio_dict(
             tally.cache_read, tally.cache_input, tally.calls_reporting_cache
         ),
         "metrics": metrics,
     }
+
+
+def _json_safe(value: Any, digits: int | None = None) -> Any:
+    """Diagnosis output made strict JSON: non-finite floats become null, tuples lists; with
+    `digits`, floats keep that many significant digits (the what-ifs: 7 is 1 µs at seconds)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{digits}g}") if digits else value
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v, digits) for v in value]
+    return value
 
 
 def _ratio_dict(read: int, total: int, reporting: int) -> dict[str, Any]:
@@ -411,24 +469,52 @@ def _test_entry(data: Mapping[str, Any], calls: Sequence[Call]) -> dict[str, Any
         "usage_fields": _usage_fields(ok),
         "phase": _phase(ok),
         "budgets": [_budget_entry(j) for j in data.get("budgets", [])],
-        "flags": {
-            "consumer_bound": sum(f.consumer_bound for f in finals),
-            "incomplete": sum(f.incomplete for f in finals),
-            "opaque": sum(f.opaque for f in finals),
-        },
+        "flags": _flags(finals),
         "errors": dict(sorted(Counter(f.error for f in finals if f.error is not None).items())),
-        "retried_errors": dict(
-            sorted(
-                Counter(
-                    a.error for c in calls for a in c.attempts[:-1] if a.error is not None
-                ).items()
-            )
-        ),
+        "retried_errors": dict(sorted(_retried_errors(calls).items())),
+        "error_kinds": _error_kinds(calls),
         "timeline": _timeline(calls),
         "prefill": _prefill(ok),
-        "findings": list(data.get("findings", [])),
+        # The plugin attaches findings after judging budgets; data built elsewhere (tools,
+        # older callers) gets them here, from the same function.
+        "findings": _json_safe(
+            list(data["findings"]) if "findings" in data else diagnose.findings_for_test(data)
+        ),
+        "what_ifs": _json_safe(diagnose.what_ifs_for_test(data), digits=7),
     }
     return entry
+
+
+MAX_ERROR_DETAIL: Final = 200
+
+
+def _error_kinds(calls: Sequence[Call]) -> dict[str, dict[str, Any]]:
+    """Per error kind seen on any attempt: `failed` calls (their final attempt had it),
+    `attempts` (every attempt with it, retried or final), `retried` (attempts with it that the
+    SDK retried), `recovered` (calls that had it on an attempt and still succeeded), and
+    `detail`, the first error message seen (cut to 200 characters; never request data)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        seen: set[str] = set()
+        for index, attempt in enumerate(call.attempts):
+            if attempt.error is None:
+                continue
+            entry = kinds.setdefault(
+                attempt.error,
+                {"failed": 0, "attempts": 0, "retried": 0, "recovered": 0, "detail": None},
+            )
+            entry["attempts"] += 1
+            if index < len(call.attempts) - 1:
+                entry["retried"] += 1
+            else:
+                entry["failed"] += 1
+            if entry["detail"] is None and attempt.error_detail:
+                entry["detail"] = attempt.error_detail[:MAX_ERROR_DETAIL]
+            seen.add(attempt.error)
+        if not call.failed:
+            for kind in seen:
+                kinds[kind]["recovered"] += 1
+    return dict(sorted(kinds.items()))
 
 
 def _usage_fields(calls: Sequence[CallMetrics]) -> dict[str, int]:
@@ -541,6 +627,8 @@ def build_result(
     `tests` are `Recording.to_data()` dicts plus `outcome`, `location`, `budgets`, `policy`;
     `session` is `{"budgets": [...], "partial": bool}`; `run` is `{"started", "duration_s",
     "versions", "git"}`. Metric scope follows `aggregate`: kept samples, successful calls.
+    Each test keeps its `findings` (computed here when absent) and gets its `what_ifs`; each
+    group and the session get `findings` over their pooled calls.
     """
     entries: list[dict[str, Any]] = []
     everything = _Rollup.empty()
@@ -574,9 +662,11 @@ def build_result(
         },
         "metrics_info": _metrics_info(),
         "tests": entries,
-        "groups": {key: rollup.to_dict(fields) for key, (fields, rollup) in sorted(groups.items())},
+        "groups": {
+            key: rollup.to_dict(fields, key) for key, (fields, rollup) in sorted(groups.items())
+        },
         "session": {
-            **everything.to_dict({}),
+            **everything.to_dict({}, "session"),
             "budgets": [_budget_entry(j) for j in session.get("budgets", [])],
         },
     }
@@ -612,10 +702,10 @@ def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
             tests.append(copy)
     groups: dict[str, dict[str, Any]] = {}
     for key in sorted({k for r in results for k in r["groups"]}):
-        parts = [r["groups"][key] for r in results if key in r["groups"]]
-        fields = {f: parts[0][f] for f in ("model", "endpoint") if f in parts[0]}
+        parts = [(i, r["groups"][key]) for i, r in enumerate(results) if key in r["groups"]]
+        fields = {f: parts[0][1][f] for f in ("model", "endpoint") if f in parts[0][1]}
         groups[key] = _merge_aggregates(parts, fields)
-    session = _merge_aggregates([r["session"] for r in results], {})
+    session = _merge_aggregates([(i, r["session"]) for i, r in enumerate(results)], {})
     session["budgets"] = [
         {**b, "shard": i} if len(results) > 1 else dict(b)
         for i, r in enumerate(results)
@@ -634,10 +724,14 @@ def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _merge_aggregates(
-    parts: Sequence[Mapping[str, Any]], fields: Mapping[str, str]
+    shards: Sequence[tuple[int, Mapping[str, Any]]], fields: Mapping[str, str]
 ) -> dict[str, Any]:
+    """Add up one rollup over the shard files that have it (`(shard index, rollup)` pairs)."""
+    parts = [part for _, part in shards]
     tally = _Tally()
     errors: Counter[str] = Counter()
+    retried: Counter[str] = Counter()
+    flags: Counter[str] = Counter()
     pools: dict[str, _HdrPool] = {}
     for part in parts:
         tally.tests += int(part["tests"])
@@ -649,6 +743,8 @@ def _merge_aggregates(
         tally.cache_read += int(ratio["read_tokens"])
         tally.cache_input += int(ratio["input_tokens"])
         errors.update(part.get("errors", {}))
+        retried.update(part.get("retried_errors", {}))
+        flags.update(part.get("flags", {}))
         for metric, block in part["metrics"].items():
             pool = _HdrPool.from_block(block)
             if metric in pools:
@@ -657,7 +753,20 @@ def _merge_aggregates(
                 pools[metric] = pool
     order: list[str] = [m for m in (*TIME_METRICS, *TOKEN_METRICS) if m in pools]
     metrics = {m: pools[m].block(m) for m in order}
-    return _aggregate_dict(fields, tally, errors, metrics)
+    out = _aggregate_dict(fields, tally, errors, retried, flags, metrics)
+    # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
+    # own findings, marked with its `shard` (0-based index among the merged files), and none
+    # recomputed. A single file passes through unchanged.
+    # A shard without calls has nothing to say, so with one shard that has calls its findings
+    # are exactly the run's and pass through unchanged.
+    speaking = [(i, part) for i, part in shards if int(part.get("call_count", 0))]
+    if len(speaking) <= 1:
+        out["findings"] = [dict(f) for _, part in speaking for f in part.get("findings", [])]
+    else:
+        out["findings"] = [
+            {**f, "shard": index} for index, part in speaking for f in part.get("findings", [])
+        ]
+    return out
 
 
 def _merge_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -695,6 +804,11 @@ def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Non
     text = dumps(result)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
+        # mkstemp makes the file private (0600); the result is an ordinary artifact, readable as
+        # any file written with the user's umask would be.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, target)

@@ -2,8 +2,9 @@
 
 Owns the Markdown layout and the escaping of everything that came from the run (node ids carry
 arbitrary parametrize ids: `|` would split a table cell, `<script>` would reach the page as HTML
-on some renderers, `*`/`_`/`` ` `` would restyle the text). May import `results` and `_format`;
-never jinja2.
+on some renderers, `*`/`_`/`` ` `` would restyle the text), and the short diagnosis and errors
+sections (one line per finding kind for failing or flagged tests; failed calls by error kind).
+May import `results` and its siblings `_format` and `_diagnosis`; never jinja2.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_latency.report import _diagnosis as diag
 from pytest_latency.report import _format as fmt
 from pytest_latency.results import Comparison, MetricChange, budget_status, verdict_counts
 
 MAX_ROWS = 200
+MAX_FINDING_LINES = 40
+MAX_MESSAGE = 180
 _MARKDOWN_SPECIAL = "\\`*_{}[]()#+!|~<>"
 
 
@@ -100,6 +104,8 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             ],
         )
         lines.append("")
+    lines += _diagnosis_section(result)
+    lines += _errors_section(result)
     if tests:
         lines += ["### Tests", ""]
         shown = sorted(tests, key=lambda t: {"fail": 0, "inconclusive": 1}.get(_test_verdict(t), 2))
@@ -123,6 +129,85 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             lines += ["", f"… and {len(tests) - MAX_ROWS} more tests (see the HTML report)."]
         lines.append("")
     return "\n".join(lines)
+
+
+def _flagged(test: Mapping[str, Any]) -> bool:
+    """A test worth a diagnosis line: a budget not passed, a failed outcome, failed calls,
+    flagged calls, or a finding other than too-few-samples."""
+    if _test_verdict(test) in ("fail", "inconclusive") or test.get("outcome") == "failed":
+        return True
+    if test.get("error_count") or any((test.get("flags") or {}).values()):
+        return True
+    return any(f.get("kind") != "too_few_samples" for f in test.get("findings", []))
+
+
+def _short(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def _diagnosis_section(result: Mapping[str, Any]) -> list[str]:
+    """One line per finding kind: run-wide (session and rollups) first, then per failing or
+    flagged test, failing budgets first; everything escaped."""
+    lines: list[str] = []
+    kinds: set[str] = set()
+    for finding in diag.rollup_findings(result.get("session", {}), result.get("groups", {})):
+        if finding.kind in kinds:  # short: the widest scope of each kind (session first)
+            continue
+        kinds.add(finding.kind)
+        lines.append(
+            f"- **{escape(finding.title)}** ({escape(finding.scope)}): "
+            f"{escape(_short(finding.message))}"
+        )
+    tests = [t for t in result.get("tests", []) if _flagged(t) and t.get("findings")]
+    order = {"fail": 0, "inconclusive": 1}
+    tests.sort(key=lambda t: order.get(_test_verdict(t), 2))
+    for test in tests:
+        views = diag.findings_of_test(test, None)
+        for kind in dict.fromkeys(v.kind for v in views):
+            same = [v for v in views if v.kind == kind]
+            more = f" (+{len(same) - 1} more)" if len(same) > 1 else ""
+            lines.append(
+                f"- **{escape(same[0].title)}** — {escape(test['nodeid'])}: "
+                f"{escape(_short(same[0].message))}{more}"
+            )
+    if not lines:
+        return []
+    shown = lines[:MAX_FINDING_LINES]
+    if len(lines) > MAX_FINDING_LINES:
+        shown.append(f"- … and {len(lines) - MAX_FINDING_LINES} more (see the HTML report)")
+    return ["### Diagnosis", "", *shown, ""]
+
+
+def _errors_section(result: Mapping[str, Any]) -> list[str]:
+    """Failed and retried calls by error kind, with the tests they happened in; flagged calls."""
+    session = result.get("session", {})
+    tests = result.get("tests", [])
+    rows = diag.run_errors(session, tests, [None] * len(tests))
+    flags = diag.run_flags(session, tests)
+    if not rows and not flags:
+        return []
+    lines = ["### Errors", ""]
+    if rows:
+        lines += _table(
+            ("error kind", "failed calls", "retried attempts", "tests"),
+            [
+                (
+                    escape(r.kind),
+                    str(r.failed),
+                    r.retried,
+                    "; ".join(f"{escape(n)} ({escape(c)})" for n, _, c in r.tests)
+                    + (f"; and {r.more_tests} more" if r.more_tests else ""),
+                )
+                for r in rows
+            ],
+        )
+        lines.append("")
+    for text, calls, in_tests in flags:
+        lines.append(f"- {calls} calls {escape(text)} in {in_tests} test(s)")
+    if flags:
+        lines.append("")
+    return lines
 
 
 def _change_row(change: MetricChange) -> tuple[str, ...]:

@@ -1,7 +1,8 @@
 """The report's view model: a result file turned into typed rows, sentences and charts.
 
 Owns what the reader is told and in which order: the verdict, the failing budgets with how far
-off they are, per-test statements (prefill or decode, cache, fan-out or serial, errors), which
+off they are, the diagnosis (findings by kind, run-wide findings) and the errors by kind, per-test
+statements (time split, cache, fan-out or serial), findings, what-ifs and errors, which
 tests get full charts (failing budgets first; the number is capped so the report's size does not
 grow with the run), the rollups and the environment. Everything here is plain text and numbers:
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
@@ -17,6 +18,7 @@ from typing import Any
 
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
+from pytest_latency.report import _diagnosis as diag
 from pytest_latency.report import _format as fmt
 from pytest_latency.results import budget_status, verdict_counts
 
@@ -79,6 +81,8 @@ class TestRow:
     cache: str
     verdict: str  # pass | fail | inconclusive | none
     has_detail: bool
+    flagged: int
+    findings: str  # the finding titles, short
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,10 @@ class TestDetail:
     statements: tuple[Statement, ...]
     metrics: tuple[MetricRow, ...]
     charts: tuple[charts.Chart, ...]
+    findings: tuple[diag.FindingView, ...]
+    what_ifs: diag.WhatIfView | None
+    errors: tuple[diag.ErrorRow, ...]
+    error_text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +126,11 @@ class ReportView:
     verdict_text: str
     counts: Mapping[str, int]
     failing: tuple[BudgetRow, ...]
+    diagnosis: tuple[diag.KindGroup, ...]
+    run_findings: tuple[diag.FindingView, ...]
+    errors: tuple[diag.ErrorRow, ...]
+    error_text: str
+    flags: tuple[tuple[str, int, int], ...]
     budgets: tuple[BudgetRow, ...]
     tests: tuple[TestRow, ...]
     details: tuple[TestDetail, ...]
@@ -195,7 +208,7 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
     if share >= PREFILL_BOUND:
         return Statement(
             "prefill",
-            "Prefill-bound",
+            "Mostly before the first token",
             f"{fmt.ratio(share)} of the time is before the first token (queueing, network, "
             f"prompt processing), {fmt.ratio(1 - share)} streaming, over {n} calls.{fit}",
         )
@@ -203,7 +216,7 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
     if share <= DECODE_BOUND:
         return Statement(
             "decode",
-            "Decode-bound",
+            "Mostly streaming",
             f"{fmt.ratio(1 - share)} of the time is streaming after the first token "
             f"(tpot p50 {tpot}), {fmt.ratio(share)} before it, over {n} calls.{fit}",
         )
@@ -276,16 +289,16 @@ def _calls_statement(test: Mapping[str, Any]) -> Statement | None:
     )
 
 
-def _error_statement(errors: Mapping[str, int], calls: int, retries: int) -> Statement | None:
-    if not errors and not retries:
-        return None
-    listed = ", ".join(f"{k} ×{v}" for k, v in errors.items()) or "none"
-    total = sum(errors.values())
-    return Statement(
-        "warn" if total else "info",
-        "Errors",
-        f"{total} of {calls} calls failed ({listed}); {retries} SDK retries. "
-        "Failed calls are left out of the latency metrics.",
+def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
+    """One sentence over a test's (or the run's) failures; "" when nothing failed or retried."""
+    total = sum(int(v) for v in errors.values())
+    if not total and not retries:
+        return ""
+    kinds = f" ({len(errors)} kind{'s' if len(errors) != 1 else ''})" if total else ""
+    return (
+        f"{total} of {calls} calls failed{kinds}; {retries} SDK "
+        f"retr{'ies' if retries != 1 else 'y'}. Failed calls are left out of the latency "
+        "metrics; a retried call counts once, with the latency of its final attempt."
     )
 
 
@@ -350,6 +363,13 @@ def _hints(test: Mapping[str, Any]) -> tuple[str, ...]:
     if phase is not None:
         hints.append(f"{phase.label}: {phase.text}")
     hints.append(_cache_statement(test.get("cache_read_ratio", {}), None).text)
+    titles = _finding_titles(test)
+    if titles:
+        hints.append(f"Diagnosis: {titles} (see the test's details).")
+    errors: Mapping[str, int] = test.get("errors", {})
+    if errors:
+        listed = ", ".join(f"{k} ×{v}" for k, v in errors.items())
+        hints.append(f"{sum(errors.values())} calls failed: {listed}.")
     return tuple(hints)
 
 
@@ -361,9 +381,6 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
             _phase_statement(test),
             _cache_statement(test.get("cache_read_ratio", {}), test.get("usage_fields")),
             _calls_statement(test),
-            _error_statement(
-                test.get("errors", {}), int(test.get("call_count", 0)), int(test.get("retries", 0))
-            ),
             _flags_statement(test.get("flags", {})),
         )
         if s is not None
@@ -406,7 +423,18 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
         statements=tuple(statements),
         metrics=_metric_rows(metrics),
         charts=drawn,
+        findings=diag.findings_of_test(test, anchor),
+        what_ifs=diag.what_ifs(test),
+        errors=diag.errors_of_test(test),
+        error_text=_error_text(
+            test.get("errors", {}), int(test.get("call_count", 0)), int(test.get("retries", 0))
+        ),
     )
+
+
+def _finding_titles(test: Mapping[str, Any]) -> str:
+    kinds = [str(f.get("kind")) for f in test.get("findings", []) if isinstance(f, Mapping)]
+    return ", ".join(diag.title(k) for k in dict.fromkeys(kinds) if k != "too_few_samples")
 
 
 def _priority(index: int, test: Mapping[str, Any]) -> tuple[int, float, int]:
@@ -453,8 +481,9 @@ def _environment(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 def build_view(result: Mapping[str, Any]) -> ReportView:
     tests: Sequence[Mapping[str, Any]] = result["tests"]
     anchors = [f"t{i}" for i in range(len(tests))]
-    chosen = sorted(range(len(tests)), key=lambda i: _priority(i, tests[i]))[:DETAIL_LIMIT]
-    detailed = set(chosen)
+    priority = sorted(range(len(tests)), key=lambda i: _priority(i, tests[i]))
+    detailed = set(priority[:DETAIL_LIMIT])
+    linked: list[str | None] = [a if i in detailed else None for i, a in enumerate(anchors)]
 
     budget_rows: list[BudgetRow] = []
     per_test_budgets: list[tuple[BudgetRow, ...]] = []
@@ -502,6 +531,8 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             cache=_cache_text(test.get("cache_read_ratio", {})),
             verdict=_test_verdict(test),
             has_detail=i in detailed,
+            flagged=sum(int(v) for v in (test.get("flags") or {}).values()),
+            findings=_finding_titles(test),
         )
         for i, test in enumerate(tests)
     )
@@ -519,16 +550,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         charts.histogram_chart("All calls: inter-chunk gaps", _buckets(session_metrics.get("itl"))),
     )
     session_statements = tuple(
-        s
-        for s in (
-            _cache_statement(session.get("cache_read_ratio", {}), None),
-            _error_statement(
-                session.get("errors", {}),
-                int(session.get("call_count", 0)),
-                int(session.get("retries", 0)),
-            ),
-        )
-        if s is not None
+        s for s in (_cache_statement(session.get("cache_read_ratio", {}), None),) if s is not None
     )
     groups = result.get("groups", {})
     combined = [g for g in groups.values() if "model" in g and "endpoint" in g]
@@ -555,6 +577,15 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         verdict_text=verdict_text,
         counts=counts,
         failing=failing,
+        diagnosis=diag.by_kind(tests, linked, priority),
+        run_findings=diag.rollup_findings(session, groups),
+        errors=diag.run_errors(session, tests, linked),
+        error_text=_error_text(
+            session.get("errors", {}),
+            int(session.get("call_count", 0)),
+            int(session.get("retries", 0)),
+        ),
+        flags=diag.run_flags(session, tests),
         budgets=tuple(budget_rows),
         tests=test_rows,
         details=details,
