@@ -127,7 +127,7 @@ def test_errors_retries_flags_and_cache_fields(result: dict[str, Any]) -> None:
     ratio = chat["cache_read_ratio"]
     assert ratio["cache_fields"] == "reported"
     assert ratio["value"] == pytest.approx(ratio["read_tokens"] / ratio["input_tokens"])
-    assert set(chat["flags"]) == {"consumer_bound", "incomplete", "opaque"}
+    assert set(chat["flags"]) == {"consumer_bound", "client_saturated", "incomplete", "opaque"}
 
 
 def test_retried_attempts_count_as_one_call() -> None:
@@ -428,7 +428,12 @@ def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[s
     assert faults["flags"]["consumer_bound"] == 2
     session = diag_result["session"]
     assert session["retried_errors"] == {"http_429": 3}
-    assert session["flags"] == {"consumer_bound": 2, "incomplete": 0, "opaque": 0}
+    assert session["flags"] == {
+        "consumer_bound": 2,
+        "client_saturated": 0,
+        "incomplete": 0,
+        "opaque": 0,
+    }
     assert diag_result["groups"]["model=claude-sonnet-4-5"]["retried_errors"] == {"http_429": 3}
 
 

@@ -3,13 +3,16 @@
 Owns the DESIGN rules of scope: per-call metrics pool every kept call of a test (warmup and
 fixture-phase calls excluded), `itl` pools every gap, `calls` is one value per sample, and the
 aggregates (`cache_read_ratio`, `error_rate`, `retries`) are computed over calls. It evaluates an
-`Expectation` over a pool with `stats` and returns a `Judgement`. Input is the plain data a test
+`Expectation` over a pool with `stats` and returns a `Judgement`, and applies the flagged-calls
+policy (keep, exclude or fail on calls whose timing the client distorted: consumer-bound or
+client-saturated). Input is the plain data a test
 report carries, so the same code serves the worker (verdicts) and the controller (summaries).
 May import `budgets`, `stats`, `recording`, `metrics`, `catalogue`; never pytest.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 from pytest_latency import stats
 from pytest_latency.budgets import Expectation
 from pytest_latency.catalogue import METRICS, Scope
-from pytest_latency.metrics import CallMetrics
+from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
 from pytest_latency.recording import Call
 
 CONFIDENCE = 0.95
@@ -45,6 +48,17 @@ def effective_policy(policy: str, *, sampled_sequentially: bool) -> str:
     if policy != "auto":
         return policy
     return "pass" if sampled_sequentially else "estimate"
+
+
+# What budgets do with flagged calls (consumer_bound, client_saturated: the client distorted their
+# timing). `keep` judges them like any call; `exclude` leaves them out of the timing pools (per-call
+# metrics, itl, good(...)) but not out of the counts (error_rate, retries, calls,
+# cache_read_ratio) nor the reports; `fail` adds a failing judgement to a budgeted test (or the
+# session) with flagged kept calls. See docs/budgets.md, "Flagged calls".
+FLAGGED_POLICIES = ("keep", "exclude", "fail")
+DEFAULT_FLAGGED = "keep"
+# The expression of the judgement `fail` adds: not a budget expression, never parsed as one.
+FLAGGED_EXPR = "no flagged calls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +168,10 @@ def judge(
     *,
     policy: str = DEFAULT_POLICY,
     confidence: float = CONFIDENCE,
+    flagged: str = DEFAULT_FLAGGED,
 ) -> list[Judgement]:
     """Judge a test's expectations over its kept samples."""
-    return judge_pooled(expectations, [data], policy=policy, confidence=confidence)
+    return judge_pooled(expectations, [data], policy=policy, confidence=confidence, flagged=flagged)
 
 
 def judge_pooled(
@@ -165,13 +180,54 @@ def judge_pooled(
     *,
     policy: str = DEFAULT_POLICY,
     confidence: float = CONFIDENCE,
+    flagged: str = DEFAULT_FLAGGED,
 ) -> list[Judgement]:
     """Judge expectations over the kept calls of several tests pooled (session and group
-    budgets): per-call values pool across tests, `calls` pools every test's per-sample counts."""
+    budgets): per-call values pool across tests, `calls` pools every test's per-sample counts.
+    `flagged` is the flagged-calls policy (`FLAGGED_POLICIES`)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown inconclusive policy {policy!r}; valid: {', '.join(POLICIES)}")
+    if flagged not in FLAGGED_POLICIES:
+        raise ValueError(
+            f"unknown flagged-calls policy {flagged!r}; valid: {', '.join(FLAGGED_POLICIES)}"
+        )
+    expectations = list(expectations)
     pool = _Pool.of(tests)
-    return [_apply_policy(_judge_one(e, pool, confidence), e, policy) for e in expectations]
+    judgements = [
+        _apply_policy(_judge_one(e, pool, confidence, exclude=flagged == "exclude"), e, policy)
+        for e in expectations
+    ]
+    if flagged == "fail" and expectations:
+        failure = flagged_failure([c.final for c in pool.calls])
+        if failure is not None:
+            judgements.append(failure)
+    return judgements
+
+
+def flagged_failure(calls: Sequence[CallMetrics]) -> Judgement | None:
+    """The failing judgement `--latency-flagged=fail` adds when any of `calls` is flagged: which
+    flags, how many, and why their timings cannot be trusted. None when no call is flagged."""
+    flagged = [c for c in calls if c.flagged]
+    if not flagged:
+        return None
+    counts = Counter(name for c in flagged for name in c.flagged)
+    reasons = []
+    if counts["consumer_bound"]:
+        reasons.append(
+            f"{counts['consumer_bound']} consumer_bound (the test body read the stream slower "
+            "than it arrived)"
+        )
+    if counts["client_saturated"]:
+        worst = max(c.loop_lag_max_ms or 0.0 for c in flagged)
+        reasons.append(
+            f"{counts['client_saturated']} client_saturated (event-loop lag up to {worst:.0f} ms, "
+            f"over {SATURATED_LAG_MS:g} ms, while in flight)"
+        )
+    message = (
+        f"{len(flagged)} of {len(calls)} calls flagged: {'; '.join(reasons)}; their timings "
+        "measure the client, not the server (--latency-flagged=fail)"
+    )
+    return Judgement(FLAGGED_EXPR, "fail", False, None, None, len(calls), message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,12 +260,19 @@ class _Pool:
         ]
 
 
-def _judge_one(expectation: Expectation, pool: _Pool, confidence: float) -> Judgement:
+def _judge_one(
+    expectation: Expectation, pool: _Pool, confidence: float, *, exclude: bool = False
+) -> Judgement:
     in_scope = [c for c in pool.calls if _matches(c.final, expectation.filters)]
     finals = [c.final for c in in_scope]
+    # The timing pools: without the flagged calls when the policy excludes them.
+    timed = [c for c in finals if not c.flagged] if exclude else finals
+    excluded = len(finals) - len(timed)
     if expectation.is_goodput:  # good(...): the fraction of calls meeting every condition
-        good = sum(_good(c, expectation) for c in finals)
-        return _judge_proportion(expectation, good, len(finals), confidence)
+        good = sum(_good(c, expectation) for c in timed)
+        if not timed and excluded:
+            return _no_data(expectation, excluded)
+        return _judge_proportion(expectation, good, len(timed), confidence)
     if expectation.metric == "error_rate":
         failed = sum(c.failed for c in in_scope)
         return _judge_proportion(expectation, failed, len(in_scope), confidence)
@@ -234,8 +297,10 @@ def _judge_one(expectation: Expectation, pool: _Pool, confidence: float) -> Judg
     if METRICS[expectation.metric].scope is Scope.SAMPLE:
         values = pool.calls_per_sample(expectation.filters)
     else:
-        values = per_call_values(expectation.metric, [c for c in finals if c.error is None])
+        values = per_call_values(expectation.metric, [c for c in timed if c.error is None])
     values.extend(v for metric, v in pool.manual if metric == expectation.metric)
+    if not values and excluded:
+        return _no_data(expectation, excluded)
     return _judge_distribution(expectation, values, confidence)
 
 
@@ -291,7 +356,10 @@ def _apply_policy(judgement: Judgement, expectation: Expectation, policy: str) -
     )
 
 
-def _no_data(expectation: Expectation) -> Judgement:
+def _no_data(expectation: Expectation, excluded: int = 0) -> Judgement:
+    why = "failed calls and non-streaming calls have no token timings"
+    if excluded:
+        why = f"{excluded} flagged call(s) excluded by --latency-flagged=exclude; " + why
     return Judgement(
         expectation.text,
         "fail",
@@ -299,8 +367,7 @@ def _no_data(expectation: Expectation) -> Judgement:
         None,
         None,
         0,
-        f"{expectation.text}: no values — no captured call produced "
-        f"{expectation.metric!r} (failed calls and non-streaming calls have no token timings)",
+        f"{expectation.text}: no values — no captured call produced {expectation.metric!r} ({why})",
     )
 
 
@@ -371,4 +438,14 @@ def summarise(data: dict[str, Any], *, outcome: str) -> TestSummary:
     )
 
 
-__all__ = ["Judgement", "TestSummary", "judge", "judge_pooled", "summarise"]
+__all__ = [
+    "DEFAULT_FLAGGED",
+    "FLAGGED_EXPR",
+    "FLAGGED_POLICIES",
+    "Judgement",
+    "TestSummary",
+    "flagged_failure",
+    "judge",
+    "judge_pooled",
+    "summarise",
+]

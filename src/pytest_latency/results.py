@@ -224,7 +224,7 @@ class _Tally:
         }
 
 
-FLAGS: Final = ("consumer_bound", "incomplete", "opaque")
+FLAGS: Final = ("consumer_bound", "client_saturated", "incomplete", "opaque")
 
 
 @dataclass(slots=True)
@@ -287,6 +287,7 @@ def _retried_errors(calls: Sequence[Call]) -> Counter[str]:
 def _flags(finals: Sequence[CallMetrics]) -> dict[str, int]:
     return {
         "consumer_bound": sum(f.consumer_bound for f in finals),
+        "client_saturated": sum(f.client_saturated for f in finals),
         "incomplete": sum(f.incomplete for f in finals),
         "opaque": sum(f.opaque for f in finals),
     }

@@ -6,12 +6,41 @@ a clock read and an append; every interpretation (SSE, JSON, usage) happens late
 Stdlib only; imports nothing from the package.
 
 Request headers are never stored (they carry API keys). The request body is held in memory so
-`metrics` can read the model and the stream flag; outputs never contain it.
+`metrics` can read the model and the stream flag; outputs never contain it (`metrics` keeps
+sizes and hashes, and text only when `text_limit` asks for it).
+
+Also owns `LoopLag`, the event-loop lag log a capture-side monitor fills while async calls are in
+flight on a loop, which the records of those calls share (docs/metrics.md, "Client saturation").
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+
+
+class LoopLag:
+    """How late an event loop woke up from short sleeps while captured calls were in flight.
+
+    One log per monitoring run (from the first call in flight on a loop until none is): parallel
+    arrays of wake-up stamps (`time.perf_counter_ns()`, ascending) and how late each wake-up was
+    (ns past the requested sleep). Two 8-byte integers per wake-up, so a 2 ms tick costs 8 kB per
+    second of monitoring; the log lives as long as the records that share it.
+    """
+
+    __slots__ = ("lates_ns", "tick_ns", "wakes_ns")
+
+    def __init__(self, tick_ns: int) -> None:
+        self.tick_ns = tick_ns
+        self.wakes_ns: array[int] = array("q")
+        self.lates_ns: array[int] = array("q")
+
+    def add(self, woke_ns: int, late_ns: int) -> None:
+        self.wakes_ns.append(woke_ns)
+        self.lates_ns.append(late_ns)
+
+    def __len__(self) -> int:
+        return len(self.wakes_ns)
 
 
 @dataclass(slots=True, eq=False)
@@ -44,6 +73,12 @@ class WireRecord:
     # The body was read as it arrived (the read-ahead option), not when the consumer asked:
     # asked == arrived in every read, and the consumer-bound detector does not apply.
     read_ahead: bool = False
+    # The lag log of the event loop this (async) attempt ran on; None for sync calls, for a
+    # transport with an injected clock, and where no loop monitor could run.
+    loop_lag: LoopLag | None = None
+    # How many characters of prompt and output text `metrics` may keep for this attempt (the
+    # plugin's --latency-capture-text). 0, the default, keeps none: hashes and sizes only.
+    text_limit: int = 0
 
     @property
     def complete(self) -> bool:

@@ -50,7 +50,7 @@ from pytest_latency.diagnose._whatif import (
     hedge,
     hedged_quantile,
 )
-from pytest_latency.metrics import CallMetrics
+from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
 
 __all__ = [
     "BELOW_CACHE_MINIMUM",
@@ -112,6 +112,19 @@ def diagnose_calls(
                 "already buffered when the test asked for them): their token timings measure the "
                 "test body's pace, not the server's; do less work per chunk while streaming",
                 {"calls": len(bound), "of": len(calls), "chunks": chunks},
+            )
+        )
+    saturated = [c for c in calls if c.client_saturated]
+    if saturated:
+        worst = max(c.loop_lag_max_ms or 0.0 for c in saturated)
+        found.append(
+            Finding(
+                CLIENT_SATURATED,
+                f"{len(saturated)} of {len(calls)} calls ran while the test's event loop lagged up "
+                f"to {worst:.0f} ms (over {SATURATED_LAG_MS:.0f} ms): their timings measure the "
+                "client, not the server; spread concurrent streams over pytest-xdist workers or "
+                "move CPU work out of the streaming loop",
+                {"calls": len(saturated), "of": len(calls), "loop_lag_max_ms": round(worst, 1)},
             )
         )
     return found

@@ -11,7 +11,7 @@ never httpx. Definitions: docs/metrics.md.
 
 from __future__ import annotations
 
-from pytest_latency.metrics._call import CallMetrics, call_metrics
+from pytest_latency.metrics._call import SATURATED_LAG_MS, CallMetrics, call_metrics
 from pytest_latency.metrics._fingerprint import (
     CHARS_PER_TOKEN,
     PREFIX_BLOCK_CHARS,
@@ -44,6 +44,7 @@ __all__ = [
     "PREFIX_BLOCK_CHARS",
     "REASONING",
     "REFUSAL",
+    "SATURATED_LAG_MS",
     "TEXT",
     "TOOL",
     "UNKNOWN",

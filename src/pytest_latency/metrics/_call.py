@@ -1,13 +1,15 @@
 """Per-call metrics: one `WireRecord` in, one `CallMetrics` out.
 
 Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds
-a call can end with, the incomplete/opaque/consumer-bound flags and the plain-data form that
-travels on test reports. Pure and deterministic; may import only the stdlib, `pytest_latency.wire`
-and its sibling private modules (never pytest, never httpx). See docs/metrics.md.
+a call can end with, the incomplete/opaque/consumer-bound/client-saturated flags and the plain-data
+form that travels on test reports. Pure and deterministic; may import only the stdlib,
+`pytest_latency.wire` and its sibling private modules (never pytest, never httpx).
+See docs/metrics.md.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 from dataclasses import MISSING, dataclass, field, fields
@@ -19,6 +21,7 @@ from pytest_latency.metrics._fingerprint import (
     OutputText,
     estimated_tokens,
     output_print,
+    prompt_text,
     request_print,
 )
 from pytest_latency.metrics._protocols import (
@@ -32,7 +35,7 @@ from pytest_latency.metrics._protocols import (
 )
 from pytest_latency.metrics._sse import SseEvent, SseParser
 from pytest_latency.metrics._usage import UsageTracker
-from pytest_latency.wire import WireRecord
+from pytest_latency.wire import LoopLag, WireRecord
 
 # Consumer-bound detector (sdk-findings §3.5): a read that returned in under 0.3 ms after the
 # consumer had been away for over 1 ms found its data already buffered, so its stamp is when the
@@ -43,6 +46,13 @@ CONSUMER_AWAY_NS = 1_000_000
 # two flags are usually the tail events buffered behind the last token.
 CONSUMER_BOUND_FRACTION = 0.10
 CONSUMER_BOUND_MIN = 2
+# Client saturation (docs/metrics.md, "Client saturation"): an async call is flagged when its event
+# loop woke up more than this late from a 2 ms sleep while the call was in flight. A chunk that
+# arrives while the loop is busy is stamped when the loop gets to it, so this bounds how far the
+# call's stamps can be off. Measured on a loaded 2-core box: healthy loops show up to ~7 ms (the
+# GIL's 5 ms switch interval against an in-process server) and up to ~22 ms in a pytest run (SDK
+# first-use work, a GC pass, preemption); 50 streams give 150 ms, 200 streams 750 ms and more.
+SATURATED_LAG_MS = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,27 @@ class CallMetrics:
     request_shingles: tuple[int, ...] = ()
     output_shingles: tuple[int, ...] = ()
     output_digests: tuple[int, ...] = ()
+    # Client saturation (docs/metrics.md): the worst lateness of the event loop's wake-ups while
+    # this call was in flight, in ms; None for sync calls and where no loop monitor ran.
+    loop_lag_max_ms: float | None = None
+    client_saturated: bool = False
+    # Prompt and output text, only with --latency-capture-text=N (capped at N characters each);
+    # None by default, so no text reaches the outputs.
+    prompt_text: str | None = None
+    output_text: str | None = None
+
+    @property
+    def flagged(self) -> tuple[str, ...]:
+        """Why the client distorted this call's timing, if it did: the names of its set flags
+        (`consumer_bound`, `client_saturated`), in that order."""
+        return tuple(
+            name
+            for name, on in (
+                ("consumer_bound", self.consumer_bound),
+                ("client_saturated", self.client_saturated),
+            )
+            if on
+        )
 
     @property
     def failed(self) -> bool:
@@ -186,7 +217,11 @@ def call_metrics(record: WireRecord) -> CallMetrics:
     flagged = _consumer_bound_chunks(record, reads_with_content) if paced_by_consumer else 0
 
     error, detail = _error(record, scan)
-    out_shingles, out_digests = output_print(scan.output.pieces())
+    output_pieces = scan.output.pieces()
+    out_shingles, out_digests = output_print(output_pieces)
+    t_end = _t_end(record)
+    lag_ms = None if record.loop_lag is None else _loop_lag_max_ms(record.loop_lag, t0, t_end)
+    limit = record.text_limit
     channels: list[str] = []
     for _, _, chs in content:
         channels.extend(c for c in chs if c not in channels)
@@ -221,7 +256,7 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         and flagged > CONSUMER_BOUND_FRACTION * len(reads_with_content),
         consumer_bound_chunks=flagged,
         t_start_ns=t0,
-        t_end_ns=_t_end(record),
+        t_end_ns=t_end,
         notes=tuple(scan.notes),
         prompt_chars=prompt.chars,
         prefix_hashes=prompt.prefix_hashes,
@@ -230,7 +265,28 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         request_shingles=prompt.shingles,
         output_shingles=out_shingles,
         output_digests=out_digests,
+        loop_lag_max_ms=lag_ms,
+        client_saturated=lag_ms is not None and lag_ms > SATURATED_LAG_MS,
+        prompt_text=prompt_text(payload)[:limit] if limit > 0 and payload is not None else None,
+        output_text="".join(output_pieces)[:limit] if limit > 0 else None,
     )
+
+
+def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> float | None:
+    """The worst lateness of a wake-up whose late span overlaps [t_start, t_end]: a wake-up at w
+    that was l late means the loop could not run from w − l to w. None when no wake-up fell in
+    the window (a call shorter than one tick, or a loop that stopped)."""
+    wakes, lates = log.wakes_ns, log.lates_ns
+    worst: int | None = None
+    index = bisect.bisect_left(wakes, t_start)
+    while index < len(wakes):
+        woke, late = wakes[index], max(lates[index], 0)
+        if woke - late > t_end:
+            # Ticks are back to back: once a late span starts after the call, all later ones do.
+            break
+        worst = late if worst is None else max(worst, late)
+        index += 1
+    return None if worst is None else worst / 1e6
 
 
 def _split_url(url: str) -> tuple[str, str]:

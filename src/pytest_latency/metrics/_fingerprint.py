@@ -1,7 +1,8 @@
 """Prompt and output fingerprints: hashes and sizes that let two calls be compared, never text.
 
 Owns what diagnosis needs from a request and its response at capture time, computed once and kept
-as numbers so no prompt or output text ever reaches a report:
+as numbers so no prompt or output text reaches a report (the one exception is the explicit
+opt-in `--latency-capture-text=N`, which keeps the first N characters of `prompt_text`):
 
 * the request's prompt, flattened into canonical text in the providers' cache order (tools, then
   system / instructions, then messages), measured in characters, and cut into blocks of
@@ -140,6 +141,12 @@ def _prompt(payload: Mapping[str, Any]) -> _Prompt:
     if _has_breakpoint(payload):  # Anthropic's top-level automatic caching: the whole prompt
         prompt.breakpoint = prompt.length
     return prompt
+
+
+def prompt_text(payload: Mapping[str, Any]) -> str:
+    """The request's prompt as the canonical text the fingerprints are computed over (tools,
+    system, messages). For the opt-in text capture only; callers cap it."""
+    return _prompt(payload).text
 
 
 def prefix_hashes(text: str) -> tuple[str, ...]:

@@ -43,7 +43,10 @@ class LatencyCollector:
         budget_file = self._settings.budget_file
         if budget_file is not None and budget_file.session:
             judgements = judge_pooled(
-                budget_file.session, self._run.tests, policy=self._settings.policy
+                budget_file.session,
+                self._run.tests,
+                policy=self._settings.policy,
+                flagged=self._settings.flagged,
             )
             self._run.session_judgements = judgements
             # By pytest_sessionfinish it is too late to change the exit status; a failed count

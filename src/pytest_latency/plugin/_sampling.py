@@ -18,6 +18,7 @@ import pytest
 
 from pytest_latency import attribution, diagnose
 from pytest_latency.aggregate import (
+    FLAGGED_EXPR,
     Judgement,
     confidence_for_looks,
     effective_policy,
@@ -36,6 +37,7 @@ from pytest_latency.plugin._state import (
     Settings,
 )
 from pytest_latency.recording import Recording
+from pytest_latency.wire import WireRecord
 
 _MARKER_KWARGS = ("samples", "warmup", "max_samples")
 
@@ -125,11 +127,25 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     run = item.config.stash.get(RUN_KEY, None)
     if run is not None:
         run.current = recording
-    with attribution.routing_to(recording.sink):
+    settings = item.config.stash.get(SETTINGS_KEY, None)
+    sink: attribution.Sink = recording.sink
+    if settings is not None and settings.capture_text > 0:
+        sink = _keeping_text(recording, settings.capture_text)
+    with attribution.routing_to(sink):
         result = yield
     if run is not None:
         run.current = None
     return result
+
+
+def _keeping_text(recording: Recording, limit: int) -> attribution.Sink:
+    """`recording.sink`, allowing `metrics` to keep `limit` characters of each call's text."""
+
+    def sink(record: WireRecord) -> None:
+        record.text_limit = limit
+        recording.sink(record)
+
+    return sink
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -157,8 +173,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     # Sequential sampling: an interval that straddles the budget narrows with n; draw more
     # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
     confidence = confidence_for_looks(plan.looks)
+    flagged = pyfuncitem.config.stash[SETTINGS_KEY].flagged
     while plan.budgeted and recording.samples_run < plan.max_samples:
-        verdicts = judge(plan.expectations, recording.to_data(), confidence=confidence)
+        verdicts = judge(
+            plan.expectations, recording.to_data(), confidence=confidence, flagged=flagged
+        )
         if not any(j.verdict == "inconclusive" for j in verdicts):
             break
         run(min(recording.samples_run, plan.max_samples - recording.samples_run), warmup=False)
@@ -182,10 +201,17 @@ def pytest_runtest_makereport(
             sampled_sequentially=plan.max_samples > plan.samples,
         )
         confidence = confidence_for_looks(plan.looks)
-        judgements = judge(plan.expectations, data, policy=policy, confidence=confidence)
+        judgements = judge(
+            plan.expectations,
+            data,
+            policy=policy,
+            confidence=confidence,
+            flagged=item.config.stash[SETTINGS_KEY].flagged,
+        )
         data["confidence"] = confidence
         data["budgets"] = [j.to_dict() for j in judgements]
         data["policy"] = policy
+        data["flagged_policy"] = item.config.stash[SETTINGS_KEY].flagged
         _record_properties(item, report, judgements)
         if report.passed:
             _fail_on_misses(report, judgements, data)
@@ -221,7 +247,9 @@ def _fail_on_misses(
     misses = [j for j in judgements if not j.passed]
     if misses:
         report.outcome = "failed"
-        lines = ["pytest-latency: latency budget missed", *(f"  {j.message}" for j in misses)]
+        budget_missed = any(j.expr != FLAGGED_EXPR for j in misses)
+        header = "latency budget missed" if budget_missed else "flagged calls in a budgeted test"
+        lines = [f"pytest-latency: {header}", *(f"  {j.message}" for j in misses)]
         errors = error_counts(data)
         if errors:
             listed = ", ".join(f"{kind} ×{count}" for kind, count in errors.most_common())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_latency.aggregate import DEFAULT_POLICY, POLICIES
+from pytest_latency.aggregate import DEFAULT_FLAGGED, DEFAULT_POLICY, FLAGGED_POLICIES, POLICIES
 from pytest_latency.budgets import BudgetError, BudgetFile, load_budget_file
 from pytest_latency.plugin._state import Settings
 
@@ -44,6 +44,15 @@ READ_AHEAD_DESC = (
     "test asks for them: exact token timings for test bodies that sleep or await other I/O "
     "while streaming (not for CPU-bound ones)"
 )
+FLAGGED_DESC = (
+    "What budgets do with flagged calls (consumer_bound, client_saturated: the client distorted "
+    "their timing): 'keep' (default) judges them like any call, 'exclude' leaves them out of the "
+    "timing pools (they stay in counts and reports), 'fail' fails a budgeted test that has any"
+)
+CAPTURE_TEXT_DESC = (
+    "Keep up to N characters of each call's prompt and output text in the per-test data and the "
+    "result file, for debugging (default 0: never; only sizes and hashes are kept)"
+)
 MARKER_DESC = (
     "latency(*expectations, samples=1, warmup=0, max_samples=None): judge the LLM calls of this "
     "test against budget expressions such as 'ttft.p95 < 400ms'; run the body warmup + samples "
@@ -63,6 +72,16 @@ def _choice(valid: tuple[str, ...], what: str) -> Callable[[str], str]:
         return value
 
     return check
+
+
+def _text_limit(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a character count (an integer >= 0)")
+    return limit
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -102,7 +121,22 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help=READ_AHEAD_DESC,
     )
+    group.addoption(
+        "--latency-flagged",
+        dest="latency_flagged",
+        type=_choice(FLAGGED_POLICIES, "flagged-calls policy"),
+        help=FLAGGED_DESC,
+    )
+    group.addoption(
+        "--latency-capture-text",
+        dest="latency_capture_text",
+        type=_text_limit,
+        metavar="N",
+        help=CAPTURE_TEXT_DESC,
+    )
     parser.addini("latency_capture", CAPTURE_DESC, default="fixtures")
+    parser.addini("latency_flagged", FLAGGED_DESC, default=DEFAULT_FLAGGED)
+    parser.addini("latency_capture_text", CAPTURE_TEXT_DESC, default="0")
     parser.addini("latency_read_ahead", READ_AHEAD_DESC, type="bool", default=False)
     parser.addini("latency_sim", SIM_DESC, default="")
     parser.addini("latency_anthropic_base_url", ANTHROPIC_URL_DESC, default="")
@@ -154,12 +188,28 @@ def _load_budgets(config: pytest.Config) -> BudgetFile | None:
         raise pytest.UsageError(f"pytest-latency: {exc}") from None
 
 
+def _capture_text(config: pytest.Config) -> int:
+    cli = config.getoption("latency_capture_text", default=None)
+    if cli is not None:
+        return int(cli)
+    value = _ini(config, "latency_capture_text") or "0"
+    try:
+        return _text_limit(value)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(
+            f"latency_capture_text in {config.inipath or 'the ini file'}: {exc}"
+        ) from None
+
+
 def read_settings(config: pytest.Config) -> Settings:
     capture_mode = _cli(config, "latency_capture") or _ini_choice(
         config, "latency_capture", CAPTURE_CHOICES
     )
     policy = _cli(config, "latency_inconclusive") or _ini_choice(
         config, "latency_inconclusive", POLICIES
+    )
+    flagged = _cli(config, "latency_flagged") or _ini_choice(
+        config, "latency_flagged", FLAGGED_POLICIES
     )
     sim_preset = _cli(config, "latency_sim") or _ini(config, "latency_sim")
     sim_auto = False
@@ -187,4 +237,6 @@ def read_settings(config: pytest.Config) -> Settings:
             config.getoption("latency_read_ahead", default=None)
             or config.getini("latency_read_ahead")
         ),
+        flagged=flagged or DEFAULT_FLAGGED,
+        capture_text=_capture_text(config),
     )

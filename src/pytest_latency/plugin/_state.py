@@ -34,6 +34,10 @@ class Settings:
     read_ahead: bool = False
     # `--latency-sim=auto`: the simulator stands in only for providers nobody configured.
     sim_auto: bool = False
+    # `--latency-flagged`: keep, exclude or fail on consumer-bound / client-saturated calls.
+    flagged: str = "keep"
+    # `--latency-capture-text=N`: characters of prompt/output text kept per call; 0 keeps none.
+    capture_text: int = 0
 
 
 @dataclass(frozen=True, slots=True)

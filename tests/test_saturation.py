@@ -1,0 +1,326 @@
+"""Client saturation: the event-loop lag monitor, the `client_saturated` flag, and the
+`--latency-flagged` policy (keep, exclude, fail) for flagged calls, unit and end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+from typing import Any
+
+import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
+import openai  # noqa: F401
+import pytest
+from latency_data import call_metrics as synthetic
+
+import pytest_latency.sim  # noqa: F401
+from pytest_latency import capture
+from pytest_latency.aggregate import FLAGGED_EXPR, judge
+from pytest_latency.budgets import parse_expectation
+from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics, call_metrics
+from pytest_latency.recording import Call
+from pytest_latency.wire import LoopLag, WireRecord
+
+
+def make_call(*, ttft_ms: float = 100.0, consumer_bound: bool = False) -> CallMetrics:
+    return synthetic(
+        t_start_ms=0, ttft_ms=ttft_ms, e2e_ms=ttft_ms + 50, consumer_bound=consumer_bound
+    )
+
+
+pytest_plugins = ["pytester"]
+
+
+# ---- the monitor -------------------------------------------------------------------------------
+
+
+def _record(t_start: int) -> WireRecord:
+    return WireRecord("POST", "http://h/v1/chat/completions", b"{}", t_start)
+
+
+def test_the_monitor_runs_while_a_call_is_in_flight_and_stops_by_itself() -> None:
+    async def main() -> tuple[WireRecord, bool]:
+        record = _record(time.perf_counter_ns())
+        capture._watch_loop(record, time.perf_counter_ns)
+        await asyncio.sleep(0.05)
+        # The loop is blocked for 30 ms: the next wake-up is that late.
+        time.sleep(0.03)
+        await asyncio.sleep(0.02)
+        record.t_eof_ns = time.perf_counter_ns()
+        # The monitor notices within a scan period that nothing is in flight.
+        await asyncio.sleep(capture.LAG_TICK_NS * capture.LAG_SCAN_TICKS * 3 / 1e9)
+        monitor = capture._MONITORS[asyncio.get_running_loop()]
+        stopped = monitor.log is None and not monitor.inflight
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        return record, stopped and not tasks
+
+    record, stopped = asyncio.run(main())
+    assert stopped
+    assert record.loop_lag is not None and len(record.loop_lag) > 5
+    m = call_metrics(record)
+    assert m.loop_lag_max_ms is not None and m.loop_lag_max_ms > 25
+    assert m.client_saturated is (m.loop_lag_max_ms > SATURATED_LAG_MS)
+
+
+def test_a_loop_closed_with_a_call_in_flight_leaves_no_pending_task() -> None:
+    # asyncio.run cancels what is left: the monitor ends quietly (filterwarnings=error, and the
+    # "Task was destroyed but it is pending" log would show as an unraisable error).
+    async def main() -> None:
+        capture._watch_loop(_record(time.perf_counter_ns()), time.perf_counter_ns)
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    gc.collect()
+    assert not capture._MONITORS  # the entry died with its loop
+
+
+def test_no_monitor_for_sync_calls_or_an_injected_clock() -> None:
+    record = _record(0)
+    capture._watch_loop(record, time.perf_counter_ns)  # no running loop
+    assert record.loop_lag is None
+
+    async def main() -> None:
+        capture._watch_loop(record, lambda: 0)
+
+    asyncio.run(main())
+    assert record.loop_lag is None
+    assert call_metrics(record).loop_lag_max_ms is None
+    assert call_metrics(record).client_saturated is False
+
+
+def test_the_worst_late_span_overlapping_the_call_counts() -> None:
+    log = LoopLag(2_000_000)
+    ms = 1_000_000
+    # wake-up stamps and how late each was; the call runs from 100 ms to 200 ms.
+    for woke, late in [(90, 50), (104, 0), (150, 3), (230, 40), (260, 90)]:
+        log.add(woke * ms, late * ms)
+    record = _record(100 * ms)
+    record.t_eof_ns = 200 * ms
+    record.loop_lag = log
+    m = call_metrics(record)
+    # 90−50 ends before the start; 230−40 = 190 overlaps the end; 260−90 = 170 overlaps it too,
+    # but ticks run back to back: a span that starts after the end stops the scan.
+    assert m.loop_lag_max_ms == 90.0
+    assert m.client_saturated
+    record.t_eof_ns = 160 * ms
+    assert call_metrics(record).loop_lag_max_ms == 3.0
+
+
+def test_round_trip_and_old_data() -> None:
+    record = _record(0)
+    record.t_eof_ns = 10
+    m = call_metrics(record)
+    data = m.to_dict()
+    assert CallMetrics.from_dict(json.loads(json.dumps(data))) == m
+    for key in ("loop_lag_max_ms", "client_saturated", "prompt_text", "output_text"):
+        del data[key]
+    old = CallMetrics.from_dict(data)
+    assert (old.loop_lag_max_ms, old.client_saturated, old.prompt_text) == (None, False, None)
+
+
+# ---- the flagged-calls policy in aggregate -----------------------------------------------------
+
+
+def _data(calls: list[CallMetrics]) -> dict[str, Any]:
+    return {
+        "nodeid": "t",
+        "samples": 1,
+        "calls": [Call(0, False, (c,)).to_dict() for c in calls],
+        "manual": [],
+    }
+
+
+def _saturated(call: CallMetrics, lag_ms: float) -> CallMetrics:
+    data = call.to_dict()
+    data.update(loop_lag_max_ms=lag_ms, client_saturated=True)
+    return CallMetrics.from_dict(data)
+
+
+def test_exclude_leaves_flagged_calls_out_of_timing_pools_but_not_counts() -> None:
+    calm = [make_call(ttft_ms=100) for _ in range(9)]
+    slow = [
+        _saturated(make_call(ttft_ms=900), 150.0),
+        make_call(ttft_ms=900, consumer_bound=True),
+    ]
+    data = _data(calm + slow)
+    expectations = [
+        parse_expectation(e, source="t") for e in ("ttft.max < 500ms", "error_rate < 50%")
+    ]
+    kept = judge(expectations, data)
+    assert [j.passed for j in kept] == [False, True]
+    excluded = judge(expectations, data, flagged="exclude")
+    assert [j.passed for j in excluded] == [True, True]
+    assert excluded[0].n == 9 and excluded[1].n == 11  # counts keep every call
+
+    only_flagged = judge(expectations[:1], _data(slow), flagged="exclude")
+    assert not only_flagged[0].passed
+    assert "2 flagged call(s) excluded" in only_flagged[0].message
+
+
+def test_fail_adds_a_judgement_naming_the_flags() -> None:
+    calls = [make_call(), _saturated(make_call(), 150.0), make_call(consumer_bound=True)]
+    expectations = [parse_expectation("ttft.p50 < 10s", source="t")]
+    judgements = judge(expectations, _data(calls), flagged="fail")
+    assert [j.expr for j in judgements] == ["ttft.p50 < 10s", FLAGGED_EXPR]
+    failure = judgements[1]
+    assert not failure.passed and failure.n == 3
+    assert "2 of 3 calls flagged" in failure.message
+    assert "1 consumer_bound" in failure.message
+    assert "1 client_saturated (event-loop lag up to 150 ms" in failure.message
+    # No flagged call, nothing added; no budget, nothing judged.
+    assert len(judge(expectations, _data([make_call()]), flagged="fail")) == 1
+    assert judge([], _data(calls), flagged="fail") == []
+    with pytest.raises(ValueError, match="flagged-calls policy"):
+        judge(expectations, _data(calls), flagged="drop")
+
+
+# ---- end to end --------------------------------------------------------------------------------
+
+INNER = """
+import asyncio
+import time
+import pytest
+
+def burn(ms):
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+async def stream(client, i, burn_ms):
+    s = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": f"q{i}"}], stream=True, max_tokens=16)
+    async for _ in s:
+        burn(burn_ms)  # the test body's CPU work between chunks, on the loop
+
+@pytest.mark.asyncio
+async def test_saturated(async_openai_client, latency):
+    await asyncio.gather(*(stream(async_openai_client, i, 0.2) for i in range(200)))
+    finals = [c.final for c in latency.calls]
+    assert len(finals) == 200
+    assert all(f.loop_lag_max_ms is not None for f in finals)
+    assert sum(f.client_saturated for f in finals) > 100
+
+@pytest.mark.asyncio
+async def test_calm(async_openai_client, latency):
+    for _ in range(3):
+        await asyncio.gather(*(stream(async_openai_client, i, 0) for i in range(2)))
+    finals = [c.final for c in latency.calls]
+    assert len(finals) == 6
+    assert all(f.loop_lag_max_ms is not None for f in finals)
+    assert not any(f.client_saturated for f in finals), [f.loop_lag_max_ms for f in finals]
+
+def test_sync_calls_have_no_loop_lag(openai_client, latency):
+    openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    (call,) = latency.calls
+    assert call.final.loop_lag_max_ms is None and not call.final.client_saturated
+"""
+
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+ASYNC_ARGS = ("--latency-sim=instant", "-p", "asyncio", "--asyncio-mode=strict")
+
+
+@pytest.fixture
+def tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini(
+        """
+        [pytest]
+        asyncio_default_fixture_loop_scope = function
+        """
+    )
+    return pytester
+
+
+def test_many_streams_with_cpu_work_are_saturated_and_a_calm_test_is_not(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(test_inner=INNER)
+    result = tester.runpytest(*ASYNC_ARGS)
+    result.assert_outcomes(passed=3)
+    result.stdout.no_fnmatch_line("*Task was destroyed*")
+
+
+BUDGETED = """
+import asyncio
+import time
+import pytest
+
+def burn(ms):
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+async def stream(client, i, burn_ms):
+    s = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": f"q{i}"}], stream=True, max_tokens=16)
+    async for _ in s:
+        burn(burn_ms)
+
+@pytest.mark.asyncio
+@pytest.mark.latency("e2e.p50 < 60s")
+async def test_saturated(async_openai_client):
+    await asyncio.gather(*(stream(async_openai_client, i, 0.2) for i in range(200)))
+"""
+
+
+def test_fail_fails_a_budgeted_test_with_saturated_calls_and_says_why(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(test_inner=BUDGETED)
+    tester.runpytest(*ASYNC_ARGS).assert_outcomes(passed=1)
+    result = tester.runpytest(*ASYNC_ARGS, "--latency-flagged=fail")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-latency: flagged calls in a budgeted test*",
+            "*of 200 calls flagged:*client_saturated (event-loop lag up to *",
+        ]
+    )
+
+
+CONSUMER = """
+import time
+import pytest
+
+def ask(client, sleep_s):
+    for _ in client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "q"}], stream=True, max_tokens=8):
+        time.sleep(sleep_s)
+
+@pytest.fixture
+def paced(llm_sim):
+    llm_sim.set_model(llm_sim.model.replace(
+        ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=3.0, jitter=0.0))
+
+@pytest.mark.latency("e2e.max < 100ms")
+def test_budgeted(openai_client, latency, paced):
+    with latency.sample(warmup=True):  # the client's first-use work is not the point here
+        ask(openai_client, 0)
+    with latency.sample():
+        for _ in range(3):
+            ask(openai_client, 0)
+        ask(openai_client, 0.02)  # slower than decode: consumer-bound, e2e > 100 ms
+    assert len(latency.calls) == 4 and latency.calls[-1].final.consumer_bound
+"""
+
+
+def test_exclude_and_fail_on_a_consumer_bound_call(tester: pytest.Pytester) -> None:
+    tester.makepyfile(test_inner=CONSUMER)
+    keep = tester.runpytest("--latency-sim=instant")
+    keep.assert_outcomes(failed=1)
+    keep.stdout.fnmatch_lines(["*latency budget missed*", "*e2e.max*"])
+    tester.runpytest("--latency-sim=instant", "--latency-flagged=exclude").assert_outcomes(passed=1)
+    fail = tester.runpytest("--latency-sim=instant", "--latency-flagged=fail")
+    fail.assert_outcomes(failed=1)
+    fail.stdout.fnmatch_lines(["* of 4 calls flagged: *consumer_bound*"])
+
+
+def test_the_flagged_option_and_ini_key_are_validated(tester: pytest.Pytester) -> None:
+    tester.makepyfile(test_inner="def test_x():\n    pass\n")
+    result = tester.runpytest("--latency-flagged=drop")
+    result.stderr.fnmatch_lines(["*'drop' is not a flagged-calls policy*"])
+    tester.makeini(f"{INI}latency_flagged = drop\n")
+    result = tester.runpytest()
+    result.stderr.fnmatch_lines(["*latency_flagged = 'drop'*not valid*"])
+    tester.makeini(f"{INI}latency_flagged = exclude\n")
+    tester.runpytest().assert_outcomes(passed=1)
