@@ -50,8 +50,11 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
     saved.assert_outcomes(passed=1)
     assert saved.ret == pytest.ExitCode.OK
 
+    # The same model again: no regression. The tolerance allows for the machine itself slowing
+    # down between the two runs (another job on a shared 2-core box), which is not a regression
+    # of the code under test.
     same = tester.runpytest(
-        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=25%"
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=60%"
     )
     same.assert_outcomes(passed=1)
     assert same.ret == pytest.ExitCode.OK
@@ -59,7 +62,7 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
 
     monkeypatch.setenv("DECODE_MS", "15")  # every stream about three times slower
     slower = tester.runpytest(
-        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=25%"
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=60%"
     )
     slower.assert_outcomes(passed=1)  # the test itself still meets its own budget...
     assert slower.ret == pytest.ExitCode.TESTS_FAILED  # ...but the run fails on the regression
