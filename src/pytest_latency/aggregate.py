@@ -21,6 +21,13 @@ from pytest_latency import stats
 from pytest_latency.budgets import Expectation
 from pytest_latency.catalogue import METRICS, Scope
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
+from pytest_latency.policies import (
+    DEFAULT_FLAGGED,
+    DEFAULT_POLICY,
+    FLAGGED_POLICIES,
+    POLICIES,
+    effective_policy,
+)
 from pytest_latency.recording import Call
 
 CONFIDENCE = 0.95
@@ -34,29 +41,6 @@ def confidence_for_looks(looks: int, confidence: float = CONFIDENCE) -> float:
     return 1 - (1 - confidence) / max(1, looks)
 
 
-# What an inconclusive verdict (the interval straddles the budget) does to the test, after any
-# extra samples up to max_samples were drawn. See docs/budgets.md, "Inconclusive verdicts".
-POLICIES = ("auto", "estimate", "pass", "fail")
-DEFAULT_POLICY = "auto"
-
-
-def effective_policy(policy: str, *, sampled_sequentially: bool) -> str:
-    """`auto` resolves to `pass` when sequential sampling had its chance (max_samples above
-    samples: what stays inconclusive then sits within the interval's width of the budget, and
-    failing it would flake) and to `estimate` when the sample size was fixed (a small n must
-    still gate). Measured in docs/verdicts.md."""
-    if policy != "auto":
-        return policy
-    return "pass" if sampled_sequentially else "estimate"
-
-
-# What budgets do with flagged calls (consumer_bound, client_saturated: the client distorted their
-# timing). `keep` judges them like any call; `exclude` leaves them out of the timing pools (per-call
-# metrics, itl, good(...)) but not out of the counts (error_rate, retries, calls,
-# cache_read_ratio) nor the reports; `fail` adds a failing judgement to a budgeted test (or the
-# session) with flagged kept calls. See docs/budgets.md, "Flagged calls".
-FLAGGED_POLICIES = ("keep", "exclude", "fail")
-DEFAULT_FLAGGED = "keep"
 # The expression of the judgement `fail` adds: not a budget expression, never parsed as one.
 FLAGGED_EXPR = "no flagged calls"
 

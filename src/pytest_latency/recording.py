@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_latency.catalogue import METRICS, Scope
-from pytest_latency.metrics import CallMetrics, call_metrics
 from pytest_latency.wire import WireRecord
+
+if TYPE_CHECKING:
+    from pytest_latency.metrics import CallMetrics
 
 # Sample index of attempts started outside the test body (fixture setup and teardown): kept, shown,
 # never budgeted.
@@ -31,6 +33,13 @@ class _Entry:
     sample: int
     warmup: bool
     record: WireRecord
+
+
+def _call_metrics_class() -> type[CallMetrics]:
+    # Imported on first use: every test gets a Recording, most never parse a call.
+    from pytest_latency.metrics import CallMetrics
+
+    return CallMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +74,7 @@ class Call:
         return cls(
             sample=int(data["sample"]),
             warmup=bool(data["warmup"]),
-            attempts=tuple(CallMetrics.from_dict(a) for a in data["attempts"]),
+            attempts=tuple(_call_metrics_class().from_dict(a) for a in data["attempts"]),
         )
 
 
@@ -113,6 +122,10 @@ class Recording:
     def calls(self) -> list[Call]:
         """Group attempts into calls: attempt n > 0 belongs to the latest call to the same URL
         with the same request body whose last attempt is n − 1 (the SDKs resend the same bytes)."""
+        if not self.entries:
+            return []
+        from pytest_latency.metrics import call_metrics
+
         calls: list[list[tuple[_Entry, CallMetrics]]] = []
         open_by_key: dict[tuple[str, bytes], list[int]] = {}
         for entry in list(self.entries):

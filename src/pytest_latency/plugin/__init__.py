@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_latency import attribution, capture
+from pytest_latency import attribution
 from pytest_latency.plugin import _outputs
 from pytest_latency.plugin._collector import LatencyCollector
 from pytest_latency.plugin._fixtures import (
@@ -72,6 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Calls made outside any test (session fixtures, collection) are kept, never dropped.
     attribution.set_fallback(run.session_recording.sink)
     if settings.capture == "auto":
+        from pytest_latency import capture
+
         run.uninstall_auto_capture = capture.install_auto_capture(read_ahead=settings.read_ahead)
     if outputs is not None:
         config.pluginmanager.register(LatencyCollector(run, settings, outputs), COLLECTOR_NAME)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_latency.aggregate import Judgement, judge_pooled, summarise
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
 from pytest_latency.plugin._state import REPORT_ATTRIBUTE, RunState, Settings
+
+if TYPE_CHECKING:
+    from pytest_latency.aggregate import Judgement
 
 
 class LatencyCollector:
@@ -32,6 +34,8 @@ class LatencyCollector:
         data = getattr(report, REPORT_ATTRIBUTE, None)
         if data is None or report.when != "call":
             return
+        from pytest_latency.aggregate import summarise
+
         data = {**data, "outcome": report.outcome}
         self._reported.add(report.nodeid)
         self._run.tests.append(data)
@@ -42,6 +46,8 @@ class LatencyCollector:
         result = yield
         budget_file = self._settings.budget_file
         if budget_file is not None and budget_file.session:
+            from pytest_latency.aggregate import judge_pooled
+
             judgements = judge_pooled(
                 budget_file.session,
                 self._run.tests,

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_latency import capture
 from pytest_latency.plugin._state import RECORDING_KEY, RUN_KEY, SETTINGS_KEY
 from pytest_latency.recording import LatencyRecorder, Recording
 
@@ -49,6 +48,13 @@ def sim_server(config: pytest.Config) -> SimServer:
     return run.sim
 
 
+def _instrument(client: Any, *, read_ahead: bool) -> Any:
+    # capture (and through it asyncio) loads when a client is first requested, not with the plugin.
+    from pytest_latency.capture import instrument
+
+    return instrument(client, read_ahead=read_ahead)
+
+
 @dataclass(frozen=True, slots=True)
 class _Endpoint:
     base_url: str | None
@@ -81,7 +87,7 @@ def _sdk_client(request: pytest.FixtureRequest, provider: str, *, is_async: bool
     endpoint = _endpoint(request.config, provider)
     client_class = getattr(sdk, _SDK_CLASSES[provider, is_async])
     client = client_class(base_url=endpoint.base_url, api_key=endpoint.api_key)
-    return capture.instrument(client, read_ahead=_read_ahead(request.config))
+    return _instrument(client, read_ahead=_read_ahead(request.config))
 
 
 def _read_ahead(config: pytest.Config) -> bool:
@@ -162,7 +168,7 @@ def latency_http_client(request: pytest.FixtureRequest) -> Iterator[Any]:
     Ollama); its base URL is the OpenAI base URL in effect (simulator, CLI/ini, OPENAI_BASE_URL)."""
     import httpx2
 
-    client = capture.instrument(
+    client = _instrument(
         httpx2.Client(base_url=_http_base_url(request.config), timeout=600),
         read_ahead=_read_ahead(request.config),
     )
@@ -176,7 +182,7 @@ def latency_async_http_client(request: pytest.FixtureRequest) -> Any:
     ``await client.aclose()`` in the test (its connections belong to the test's loop)."""
     import httpx2
 
-    return capture.instrument(
+    return _instrument(
         httpx2.AsyncClient(base_url=_http_base_url(request.config), timeout=600),
         read_ahead=_read_ahead(request.config),
     )

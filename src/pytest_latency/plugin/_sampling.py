@@ -12,20 +12,11 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_latency import attribution, diagnose
-from pytest_latency.aggregate import (
-    FLAGGED_EXPR,
-    Judgement,
-    confidence_for_looks,
-    effective_policy,
-    judge,
-    kept_calls,
-)
-from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
+from pytest_latency import attribution
 from pytest_latency.plugin._state import (
     PLAN_KEY,
     PLUGIN_NAME,
@@ -36,8 +27,16 @@ from pytest_latency.plugin._state import (
     SamplingPlan,
     Settings,
 )
+from pytest_latency.policies import effective_policy
 from pytest_latency.recording import Recording
 from pytest_latency.wire import WireRecord
+
+if TYPE_CHECKING:
+    from pytest_latency.aggregate import Judgement
+    from pytest_latency.budgets import Expectation
+
+# The statistics, the budget grammar and the diagnosis are imported where a test needs them, not
+# at plugin load: pytest loads the plugin in every session of the environment.
 
 _MARKER_KWARGS = ("samples", "warmup", "max_samples")
 
@@ -59,6 +58,8 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
     rules = budget_file.rules_for(item.nodeid, marker_names) if budget_file else ()
     if not markers and not rules:
         return None
+    from pytest_latency.budgets import BudgetError, parse_expectation
+
     source = f"{item.nodeid} @pytest.mark.latency"
     own: list[Expectation] = []
     sampling: dict[str, int] = {}
@@ -88,6 +89,8 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
 
 
 def _count(value: object, name: str, minimum: int, source: str) -> int:
+    from pytest_latency.budgets import BudgetError
+
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise BudgetError(f"{source}: {name}={value!r} must be an integer >= {minimum}")
     return value
@@ -99,6 +102,11 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     settings = collector.config.stash.get(SETTINGS_KEY, None)
     if not report.passed or settings is None:
         return report
+    items = [node for node in report.result if isinstance(node, pytest.Item)]
+    if settings.budget_file is None and not any(i.get_closest_marker("latency") for i in items):
+        return report  # nothing to plan: no budgets file, no latency marker
+    from pytest_latency.budgets import BudgetError
+
     problems: list[str] = []
     for node in report.result:
         if not isinstance(node, pytest.Item):
@@ -172,9 +180,13 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     run(plan.samples, warmup=False)
     # Sequential sampling: an interval that straddles the budget narrows with n; draw more
     # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
+    if not plan.budgeted or plan.max_samples <= plan.samples:
+        return True
+    from pytest_latency.aggregate import confidence_for_looks, judge
+
     confidence = confidence_for_looks(plan.looks)
     flagged = pyfuncitem.config.stash[SETTINGS_KEY].flagged
-    while plan.budgeted and recording.samples_run < plan.max_samples:
+    while recording.samples_run < plan.max_samples:
         verdicts = judge(
             plan.expectations, recording.to_data(), confidence=confidence, flagged=flagged
         )
@@ -196,6 +208,8 @@ def pytest_runtest_makereport(
     data = recording.to_data()
     data["location"] = [report.location[0], report.location[1]]
     if plan is not None and plan.budgeted:
+        from pytest_latency.aggregate import confidence_for_looks, judge
+
         policy = effective_policy(
             item.config.stash[SETTINGS_KEY].policy,
             sampled_sequentially=plan.max_samples > plan.samples,
@@ -216,6 +230,8 @@ def pytest_runtest_makereport(
         if report.passed:
             _fail_on_misses(report, judgements, data)
     if data["calls"]:
+        from pytest_latency import diagnose
+
         # After the budgets: `too_few_samples` reads them.
         data["findings"] = diagnose.findings_for_test(data)
     if data["calls"] or data["manual"] or plan is not None:
@@ -244,6 +260,8 @@ def _fail_on_misses(
         report.outcome = "failed"
         report.longrepr = NO_CALLS_HINT
         return
+    from pytest_latency.aggregate import FLAGGED_EXPR
+
     misses = [j for j in judgements if not j.passed]
     if misses:
         report.outcome = "failed"
@@ -259,4 +277,6 @@ def _fail_on_misses(
 
 def error_counts(data: dict[str, Any]) -> Counter[str]:
     """What went wrong in the kept calls, by error kind (the final attempt's)."""
+    from pytest_latency.aggregate import kept_calls
+
     return Counter(call.final.error for call in kept_calls(data) if call.final.error is not None)

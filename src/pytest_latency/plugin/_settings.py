@@ -11,12 +11,15 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_latency.aggregate import DEFAULT_FLAGGED, DEFAULT_POLICY, FLAGGED_POLICIES, POLICIES
-from pytest_latency.budgets import BudgetError, BudgetFile, load_budget_file
 from pytest_latency.plugin._state import Settings
+from pytest_latency.policies import DEFAULT_FLAGGED, DEFAULT_POLICY, FLAGGED_POLICIES, POLICIES
+
+if TYPE_CHECKING:
+    from pytest_latency.budgets import BudgetFile
 
 CAPTURE_DESC = (
     "Which HTTP requests to capture: 'fixtures' (the plugin's clients and instrument()ed ones) "
@@ -182,6 +185,8 @@ def _load_budgets(config: pytest.Config) -> BudgetFile | None:
     path = _budget_path(config)
     if path is None:
         return None
+    from pytest_latency.budgets import BudgetError, load_budget_file
+
     try:
         return load_budget_file(path)
     except BudgetError as exc:

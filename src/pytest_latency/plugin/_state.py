@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_latency.aggregate import TestSummary
-from pytest_latency.budgets import BudgetFile, Expectation
 from pytest_latency.recording import Recording
 
 if TYPE_CHECKING:
+    from pytest_latency.aggregate import TestSummary
+    from pytest_latency.budgets import BudgetFile, Expectation
     from pytest_latency.sim import SimServer
 
 REPORT_ATTRIBUTE = "pytest_latency"
