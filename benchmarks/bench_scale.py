@@ -16,8 +16,14 @@ come from untraced runs), and, if Debian's chromium is installed, ``chromium --h
 2-core machine drift, so each stage is also given as a ratio to a yardstick timed in the same
 interleaving: ``sorted()`` over the same ~1 M values.
 
-    python benchmarks/bench_scale.py            # ~4 min
-    python benchmarks/bench_scale.py --quick    # 200 tests, 1 rep, ~20 s
+With ``--legacy REF`` (a git commit, e.g. ``a8753da``, the last one before `build_result`
+counted values per bucket), `results.py` and `histogram.py` as they were at REF are loaded
+from git beside the current ones, their `build_result` is timed in the same interleaving, and
+the two result files are checked to be identical (same JSON text, HDR blobs included).
+
+    python benchmarks/bench_scale.py                    # ~3 min
+    python benchmarks/bench_scale.py --legacy a8753da   # + the old build_result, ~+1 min
+    python benchmarks/bench_scale.py --quick            # 200 tests, 1 rep, ~20 s
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import functools
 import gc
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -35,6 +42,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -198,6 +206,9 @@ def peak_mib(fn: Callable[[], Any]) -> float:
     return (peak - before) / 2**20
 
 
+PAINTS: list[int] = []  # first-contentful-paint (ms) the report writes into <body>
+
+
 def chromium(profile: Path, url: str) -> float:
     command = [
         str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
@@ -209,7 +220,36 @@ def chromium(profile: Path, url: str) -> float:
     elapsed = time.perf_counter() - start
     if done.returncode != 0 or "</html>" not in done.stdout.lower():
         raise RuntimeError(f"chromium failed ({done.returncode}): {done.stderr[-500:]}")
+    paint = re.search(r'<body[^>]*data-first-contentful-paint="(\d+)"', done.stdout)
+    if paint:
+        PAINTS.append(int(paint.group(1)))
     return elapsed
+
+
+def legacy_build_result(ref: str) -> Callable[..., dict[str, Any]]:
+    """`build_result` from results.py and histogram.py as they were at git `ref`, loaded as
+    private modules (everything else they import is the current package)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def load_module(name: str, path: str, replace: tuple[str, str] | None = None) -> Any:
+        shown = subprocess.run(
+            ["git", "-C", str(root), "show", f"{ref}:{path}"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        source = shown.stdout if replace is None else shown.stdout.replace(*replace)
+        module = types.ModuleType(name)
+        module.__file__ = f"{ref}:{path}"
+        sys.modules[name] = module  # dataclasses look their module up
+        exec(compile(source, module.__file__, "exec"), module.__dict__)
+        return module
+
+    load_module("_legacy_histogram", "src/pytest_latency/histogram.py")
+    old = "from pytest_latency.histogram import"
+    results = load_module(
+        "_legacy_results", "src/pytest_latency/results.py", (old, "from _legacy_histogram import")
+    )
+    build: Callable[..., dict[str, Any]] = results.build_result
+    return build
 
 
 def main() -> int:
@@ -221,6 +261,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--browser-reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="200 tests, one rep each")
+    ap.add_argument(
+        "--legacy", metavar="REF", help="also time build_result as it was at this git commit"
+    )
     args = ap.parse_args()
     if args.quick:
         args.tests, args.reps, args.browser_reps = 200, 1, 1
@@ -245,6 +288,10 @@ def main() -> int:
     session: dict[str, Any] = {"budgets": [], "partial": False}
 
     rows: dict[str, list[float]] = {"yardstick": [], "build": [], "dumps": [], "write": []}
+    legacy = legacy_build_result(args.legacy) if args.legacy else None
+    if legacy is not None:
+        rows["legacy"] = []
+    legacy_result: dict[str, Any] = {}
     if render_html is not None:
         rows["html"] = []
     result: dict[str, Any] = {}
@@ -256,6 +303,9 @@ def main() -> int:
             rows["yardstick"].append(timed(lambda: sorted(values))[0])
             seconds, result = timed(lambda: build_result(tests, session=session, run=run))
             rows["build"].append(seconds)
+            if legacy is not None:
+                seconds, legacy_result = timed(lambda: legacy(tests, session=session, run=run))
+                rows["legacy"].append(seconds)
             seconds, text = timed(functools.partial(dumps, result))
             rows["dumps"].append(seconds)
             rows["write"].append(timed(functools.partial(write_result, json_path, result))[0])
@@ -270,6 +320,7 @@ def main() -> int:
         labels = {
             "yardstick": (f"yardstick: sorted() of {len(values):,} floats", ""),
             "build": ("build_result (aggregate, HDR, groups)", ""),
+            "legacy": (f"build_result as at {args.legacy}", ""),
             "dumps": ("results.dumps (strict JSON text)", f"{len(text) / 1e6:.2f} MB"),
             "write": ("write_result (dumps + atomic write)", f"{json_mb:.2f} MB JSON"),
             "html": ("render_html", f"{len(html.encode()) / 1e6:.2f} MB HTML"),
@@ -278,6 +329,11 @@ def main() -> int:
             label, note = labels[key]
             ratio = statistics.median(secs) / yard
             print(f"{label:42} {spread(secs, '.3f'):>24} {ratio:12.1f}  {note}")
+        if legacy is not None:
+            same = dumps(legacy_result) == text
+            speedup = statistics.median(rows["legacy"]) / statistics.median(rows["build"])
+            print(f"build_result vs as at {args.legacy}: {speedup:.1f}x faster; result files "
+                  f"{'identical' if same else 'DIFFERENT'}")  # fmt: skip
 
         print(f"\npeak memory above the input (tracemalloc, separate pass; load {load()}):")
         values.clear()
@@ -290,6 +346,10 @@ def main() -> int:
         print(f"  per-test input data (estimated from a tenth of the tests): ~{data_mib:.0f} MiB")
         build_mib = peak_mib(lambda: build_result(tests, session=session, run=run))
         print(f"  build_result: {build_mib:.0f} MiB")
+        if legacy is not None:
+            legacy_result.clear()
+            legacy_mib = peak_mib(lambda: legacy(tests, session=session, run=run))
+            print(f"  build_result as at {args.legacy}: {legacy_mib:.0f} MiB")
         print(f"  dumps:        {peak_mib(lambda: dumps(result)):.0f} MiB")
         if render_html is not None:
             print(f"  render_html:  {peak_mib(lambda: render_html(result)):.0f} MiB")
@@ -315,6 +375,10 @@ def main() -> int:
                       f" trivial page {spread([a for a, _ in pairs], '.2f')} s, "
                       f"{len(tests)}-test report {spread([b for _, b in pairs], '.2f')} s; "
                       f"difference {spread(diffs, '+.2f')} s")  # fmt: skip
+                if PAINTS:
+                    paints = spread([float(v) for v in PAINTS], ".0f")
+                    print(f"first contentful paint of the report (Chromium's paint timing, "
+                          f"{len(PAINTS)} loads): {paints} ms")  # fmt: skip
             else:
                 print(f"{CHROMIUM} not installed: browser load time not measured")
         shutil.rmtree(root, ignore_errors=True)

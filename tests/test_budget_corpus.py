@@ -41,7 +41,7 @@ def _case(path: Path) -> Case:
     sidecar = path.with_name(path.name + ".expect")
     header = sidecar.read_bytes() if sidecar.exists() else path.read_bytes()
     fields: dict[str, str] = {}
-    for line in header.decode("utf-8").splitlines():
+    for line in header.decode("utf-8-sig").splitlines():  # a BOM is ignored, as the loader does
         if not line.startswith("# "):
             break
         key, _, value = line[2:].partition(": ")

@@ -604,6 +604,46 @@ def test_empty_file_is_valid() -> None:
         ("session = 3\n", 1, ["must be a table"]),
         ("[defaults]\nsamples = 20\nsamples = 30\n", 3, ["invalid TOML"]),
         ("[[budget]\n", 1, ["invalid TOML"]),
+        # Lines the old line scan could not find: inline tables, dotted keys, sub-tables,
+        # comments that quote a key, arrays of tables after the first, values left open.
+        ("\n\ndefaults = { warmup = 1, samples = 0 }\n", 3, ["samples must be an integer"]),
+        ("[defaults]\nwarmup = 1\n\n[defaults.extra]\n", 4, ["unknown key in [defaults]"]),
+        ("# header\nbudget.select = 'x'\n", 2, ["array of tables"]),
+        ("\ndefaults.samples = 0\n", 2, ["samples must be an integer"]),
+        (
+            "[[budget]]\nselect = 'a'\nexpect = ['ttft.p95 < 1s']\n[[budget]]\n"
+            "select = 'b' # expect = ['e2e.p95 < 1']\nexpect = ['e2e.p95 < 1']\n",
+            6,
+            ["give the threshold a unit"],
+        ),
+        (
+            "[session]\nexpect = [\n  # 'ttft.p95 < 1'\n  'e2e.p95 < 1s',\n  'ttft.p95 < 1',\n]\n",
+            5,
+            ["give the threshold a unit"],
+        ),
+        ("[session]\nexpect = { a = 'ttft.p95 < 1s' }\n", 2, ["list of strings"]),
+        (
+            "[session]\nexpect = ['e2e.p95 < 1s',\n  'ttft.p95 < 1s',\n",
+            2,
+            ["array opened on line 2"],
+        ),
+        ('[session]\nexpect = ["""ttft.p95 < 1s\n\n', 2, ["string opened on line 2"]),
+        ("[session]\nexpect = ['e2e.p95 < 1s']\nx = 1", 3, ["unknown key in [session]"]),
+        # Keys above the first header are top-level: say where they belong.
+        ("samples = 20\n", 1, ["'samples' is a key of [defaults]", "[defaults] header"]),
+        ("\nmax_samples = 200\n[defaults]\n", 2, ["'max_samples' is a key of [defaults]"]),
+        ("select = 'x'\n", 1, ["'select' is a key of a [[budget]] rule"]),
+        # [session] and [[budget]] hold 'expect' to the same rules.
+        ("[session]\nexpect = []\n", 2, ["'expect' is empty", "[session]"]),
+        ("[session]\n", 1, ["a [session] needs 'expect"]),
+        ("[session]\nexpect = 3\n", 2, ["list of strings"]),
+        # The same budget twice in one rule (by meaning) names both lines.
+        (
+            "[[budget]]\nselect = 'a'\nexpect = [\n  'ttft.p95 < 400ms',\n  'ttft.p95<0.4s',\n]\n",
+            5,
+            ["same budget twice", "'ttft.p95 < 400ms' (line 4)", "'ttft.p95<0.4s' (line 5)"],
+        ),
+        ("[session]\nexpect = ['error_rate < 1%',\n'error_rate<1%']\n", 3, ["(line 2) and"]),
     ],
 )
 def test_budget_file_errors_name_file_and_line(toml: str, line: int, fragments: list[str]) -> None:
@@ -622,3 +662,41 @@ def test_unreadable_budget_file(tmp_path: Path) -> None:
     bad.write_bytes(b"# caf\xe9\n")
     with pytest.raises(BudgetError, match="not UTF-8"):
         load_budget_file(bad)
+
+
+def test_budget_file_not_utf8_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b"[session]\n# caf\xe9\nexpect = ['e2e.p95 < 1s']\n")
+    with pytest.raises(BudgetError, match=r"latin1\.toml:2: budget file is not UTF-8"):
+        load_budget_file(bad)
+    utf16 = tmp_path / "utf16.toml"
+    utf16.write_bytes("[session]\nexpect = ['e2e.p95 < 1s']\n".encode("utf-16"))
+    with pytest.raises(BudgetError, match=r"utf16\.toml:1: .*UTF-16 byte-order mark"):
+        load_budget_file(utf16)
+
+
+def test_a_utf8_byte_order_mark_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "bom.toml"
+    path.write_bytes(
+        b"\xef\xbb\xbf[defaults]\nsamples = 5\n\n[session]\nexpect = ['e2e.p95 < 1s']\n"
+    )
+    loaded = load_budget_file(path)
+    assert loaded.defaults.samples == 5 and len(loaded.session) == 1
+    loaded = parse_budget_file("\ufeff[session]\nexpect = ['e2e.p95 < 1s']\n", path="b.toml")
+    assert len(loaded.session) == 1
+
+
+def test_the_same_budget_in_two_rules_is_fine() -> None:
+    loaded = parse_budget_file(
+        "[[budget]]\nselect = 'a'\nexpect = ['ttft.p95 < 1s']\n"
+        "[[budget]]\nselect = 'b'\nexpect = ['ttft.p95 < 1s', 'ttft.p99 < 1s']\n"
+        "[session]\nexpect = ['ttft.p95 < 1s']\n",
+        path="b.toml",
+    )
+    assert [len(r.expectations) for r in loaded.rules] == [1, 2]
+    assert loaded.rules[1].source == "b.toml:4"
+
+
+def test_a_file_without_session_has_no_session_budgets() -> None:
+    loaded = parse_budget_file("[[budget]]\nselect = 'a'\nexpect = ['ttft.p95 < 1s']\n", path="b")
+    assert loaded.session == ()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pytest_latency.histogram import HIGHEST_US, LatencyHistogram
+from pytest_latency.histogram import HIGHEST_US, BucketCounts, LatencyHistogram, record_values
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +165,52 @@ def test_decode_accepts_other_layouts_and_clamps() -> None:
 
 def test_repr_mentions_count() -> None:
     assert "count=2" in repr(_filled([1.0, 2.0]))
+
+
+def _one_by_one(values: list[float]) -> LatencyHistogram:
+    h = LatencyHistogram()
+    for value in values:
+        h.record(value)
+    return h
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bulk_counting_is_bit_identical_to_recording_one_by_one(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.choice([0, 1, 5, 40, 1_000, 5_000])
+    values = [rng.lognormvariate(rng.uniform(0, 20), rng.uniform(0.1, 3)) for _ in range(n)]
+    if seed % 3 == 1:  # bucket edges, clamping, out-of-range and rounding at .5
+        values += [-5.0, -0.0, 0.4, 1023.5, 2047.5, 2048.0, 4095.0, HIGHEST_US + 0.4, 1e15]
+        values += [math.inf, -math.inf]
+    if seed % 3 == 2:  # token counts: small integers that repeat
+        values = [float(rng.randint(0, 5_000)) for _ in range(n)]
+    want = _one_by_one(values)
+    bulk = _filled(values)
+    counts = BucketCounts()
+    counts.record_many(values)
+    assert bulk.encode() == counts.encode() == counts.to_histogram().encode() == want.encode()
+    assert counts.count == want.count and counts.out_of_range == want.below_range + want.above_range
+    if values:
+        assert (bulk.min, bulk.max, bulk.mean) == (want.min, want.max, want.mean)
+        assert (bulk.below_range, bulk.above_range) == (want.below_range, want.above_range)
+
+
+def test_counts_recorded_into_several_targets_and_added_equal_one_histogram() -> None:
+    rng = random.Random(5)
+    parts = [[rng.lognormvariate(9, 1) for _ in range(300)] for _ in range(4)]
+    whole, pooled = BucketCounts(), BucketCounts()
+    each = []
+    for part in parts:
+        own = BucketCounts()
+        record_values(part, (own, whole))
+        each.append(own)
+    for own in each:
+        pooled.add(own)
+    want = _one_by_one([v for part in parts for v in part]).encode()
+    assert whole.encode() == pooled.encode() == want
+    merged = LatencyHistogram()
+    for own in each:
+        merged.add_counts(own)
+    assert merged.encode() == want
+    with pytest.raises(ValueError, match="NaN"):
+        BucketCounts().record_many([1.0, math.nan])

@@ -19,7 +19,7 @@ __version__ = "0.1.0.dev0"
 
 def __getattr__(name: str) -> Any:
     if name in ("instrument", "wrap_transport"):
-        from pytest_latency import capture
+        import importlib
 
-        return getattr(capture, name)
+        return getattr(importlib.import_module("pytest_latency.capture"), name)
     raise AttributeError(f"module 'pytest_latency' has no attribute {name!r}")

@@ -26,15 +26,19 @@ Grammar (whitespace allowed between tokens)::
 
 from __future__ import annotations
 
+import bisect
+import codecs
+import contextlib
 import difflib
 import fnmatch
+import json
 import math
 import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, Literal, NoReturn, TypeAlias
 
 from pytest_latency.catalogue import METRICS, Dimension, MetricSpec, Scope
 
@@ -990,118 +994,346 @@ def load_budget_file(path: str | Path) -> BudgetFile:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BudgetError(f"budget file is not UTF-8 ({exc.reason})", source=str(p)) from exc
+        # The line of the first byte that is not UTF-8 (a UTF-16 file fails at its BOM: line 1).
+        line = raw.count(b"\n", 0, exc.start) + 1
+        if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            why = "it starts with a UTF-16 byte-order mark; save it as UTF-8"
+        else:
+            why = f"{exc.reason} at byte {exc.start}; save it as UTF-8"
+        raise BudgetError(f"budget file is not UTF-8 ({why})", source=f"{p}:{line}") from exc
     return parse_budget_file(text, path=str(p))
 
 
 def parse_budget_file(text: str, *, path: str) -> BudgetFile:
-    """Validate the text of a budgets.toml (`path` is only used in messages)."""
+    """Validate the text of a budgets.toml (`path` is only used in messages).
+
+    A leading UTF-8 byte-order mark (Windows editors write one) is ignored: tomllib rejects it,
+    and it is invisible in every editor, so an error about it would help no one.
+    """
+    text = text.removeprefix("\ufeff")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        # tomllib puts "(at line L, column C)" in its message; lift the line into file:line.
-        message = str(exc)
-        _, found, rest = message.partition("(at line ")
-        line = rest.split(",", 1)[0].split(")", 1)[0]
-        where = f"{path}:{line}" if found and line.isdigit() else path
-        raise BudgetError(f"invalid TOML: {message}", source=where) from exc
+        raise _toml_error(exc, text, path) from exc
     return _FileReader(text, path).read(data)
 
 
-def _bare_line(line: str) -> str:
-    # Good enough for headers and keys: a '#' inside a quoted value only matters for values,
-    # which are matched by substring instead.
-    return line.split("#", 1)[0].strip()
+def _toml_error(exc: tomllib.TOMLDecodeError, text: str, path: str) -> BudgetError:
+    # tomllib puts "(at line L, column C)" in its message; lift the line into file:line. At the
+    # end of the document it gives no line: name the line where the value left open started
+    # (or the last line).
+    message = str(exc)
+    _, found, rest = message.partition("(at line ")
+    line = rest.split(",", 1)[0].split(")", 1)[0]
+    if found and line.isdigit():
+        return BudgetError(f"invalid TOML: {message}", source=f"{path}:{line}")
+    locator = _Locator(text) if "end of document" in message else None
+    if locator is not None and locator.unclosed is not None:
+        line, kind = str(locator.unclosed), locator.unclosed_kind
+        hint = f"; the {kind} opened on line {line} is never closed"
+        return BudgetError(f"invalid TOML: {message}{hint}", source=f"{path}:{line}")
+    lines = text.rstrip().splitlines()
+    return BudgetError(f"invalid TOML: {message}", source=f"{path}:{max(1, len(lines))}")
+
+
+# A path into the TOML document: table and key names, and the index of a [[table]] or of an array
+# item, e.g. ("budget", 1, "expect", 0) for the first expression of the second [[budget]].
+_Path: TypeAlias = tuple[str | int, ...]
+
+
+class _EndOfText(Exception):
+    """The text ended inside a string, array or inline table."""
+
+
+class _Locator:
+    """Where each key, table and array item of a TOML text starts (tomllib keeps no positions).
+
+    A tolerant scanner, run on text tomllib has already parsed (or, for an error at the end of
+    the document, on text it rejected): it follows headers, `[[arrays of tables]]`, dotted and
+    quoted keys, inline tables, nested arrays, every string form and comments, records the
+    1-based line of every path it meets, and never raises. `unclosed` is the line where the
+    outermost string, array or inline table that the text never closes was opened.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+        self.newlines = [i for i, ch in enumerate(text) if ch == "\n"]
+        self.lines: dict[_Path, int] = {}
+        self.arrays_of_tables: dict[_Path, int] = {}  # path -> count of [[path]] so far
+        self.unclosed: int | None = None
+        self.unclosed_kind = ""
+        with contextlib.suppress(_EndOfText):
+            self.document()
+
+    def line_at(self, offset: int) -> int:
+        return bisect.bisect_left(self.newlines, offset) + 1
+
+    def line_of(self, path: _Path) -> int:
+        """The line of `path`, or of its closest recorded ancestor, or 1."""
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.lines:
+                return self.lines[path[:end]]
+        return 1
+
+    def peek(self, k: int = 0) -> str:
+        j = self.i + k
+        return self.text[j] if j < len(self.text) else ""
+
+    def skip_spaces(self) -> None:
+        while self.peek() in (" ", "\t"):
+            self.i += 1
+
+    def skip_blank(self) -> None:
+        """Spaces, newlines and comments."""
+        while True:
+            ch = self.peek()
+            if ch in (" ", "\t", "\r", "\n"):
+                self.i += 1
+            elif ch == "#":
+                self.skip_line()
+            else:
+                return
+
+    def skip_line(self) -> None:
+        end = self.text.find("\n", self.i)
+        self.i = len(self.text) if end < 0 else end
+
+    def record(self, path: _Path, offset: int) -> None:
+        self.lines.setdefault(path, self.line_at(offset))
+
+    def document(self) -> None:
+        table: _Path = ()
+        while True:
+            self.skip_blank()
+            if self.i >= len(self.text):
+                return
+            start = self.i
+            if self.peek() == "[":
+                table = self.header()
+            else:
+                self.key_value(table)
+            if self.i == start:  # not TOML: move on to the next line
+                self.skip_line()
+
+    def header(self) -> _Path:
+        start = self.i
+        array = self.peek(1) == "["
+        self.i += 2 if array else 1
+        names = self.key()
+        self.skip_spaces()
+        self.i += 2 if array and self.peek() == "]" else 1
+        self.skip_line()  # a header is alone on its line (but for a comment)
+        path: _Path = ()
+        for name in names[:-1] if array else names:
+            path = self.resolve((*path, name))
+            self.record(path, start)
+        if not array:
+            self.lines[path] = self.line_at(start)  # the header itself, not a dotted key above
+            return path
+        path = (*path, names[-1]) if names else path
+        count = self.arrays_of_tables.get(path, 0)
+        self.arrays_of_tables[path] = count + 1
+        self.record(path, start)
+        self.record((*path, count), start)
+        return (*path, count)
+
+    def resolve(self, path: _Path) -> _Path:
+        """A table name that is an array of tables means its latest element."""
+        count = self.arrays_of_tables.get(path)
+        return path if count is None else (*path, count - 1)
+
+    def key(self) -> list[str]:
+        parts: list[str] = []
+        while True:
+            self.skip_spaces()
+            ch = self.peek()
+            if ch in ('"', "'"):
+                start = self.i
+                self.string()
+                parts.append(_unquote(self.text[start : self.i]))
+            else:
+                start = self.i
+                while self.peek() and (self.peek().isalnum() or self.peek() in "-_"):
+                    self.i += 1
+                if self.i == start:
+                    return parts
+                parts.append(self.text[start : self.i])
+            self.skip_spaces()
+            if self.peek() != ".":
+                return parts
+            self.i += 1
+
+    def key_value(self, table: _Path) -> None:
+        start = self.i
+        names = self.key()
+        self.skip_spaces()
+        if not names or self.peek() != "=":
+            return
+        self.i += 1
+        path = table
+        for name in names:
+            path = (*path, name)
+            self.record(path, start)
+        self.skip_spaces()
+        self.value(path)
+
+    def value(self, path: _Path) -> None:
+        ch = self.peek()
+        if ch in ('"', "'"):
+            self.string()
+        elif ch == "[":
+            self.array(path)
+        elif ch == "{":
+            self.inline_table(path)
+        else:  # number, boolean, date: up to the next delimiter
+            while self.peek() and self.peek() not in ",]}\n#":
+                self.i += 1
+
+    def opened(self, start: int, kind: str) -> _EndOfText:
+        # The outermost construct is the last to set these.
+        self.unclosed, self.unclosed_kind = self.line_at(start), kind
+        return _EndOfText()
+
+    def string(self) -> None:
+        start, quote = self.i, self.peek()
+        multi = self.text.startswith(quote * 3, self.i)
+        self.i += 3 if multi else 1
+        while True:
+            ch = self.peek()
+            if not ch:
+                raise self.opened(start, "string")
+            if ch == "\\" and quote == '"':
+                self.i += 2
+            elif ch == "\n" and not multi:
+                return  # an unterminated one-line string: tomllib names this line itself
+            elif multi and self.text.startswith(quote * 3, self.i):
+                self.i += 3
+                while self.peek() == quote:  # up to two quotes may end the content
+                    self.i += 1
+                return
+            elif ch == quote and not multi:
+                self.i += 1
+                return
+            else:
+                self.i += 1
+
+    def array(self, path: _Path) -> None:
+        start = self.i
+        self.i += 1
+        index = 0
+        while True:
+            self.skip_blank()
+            ch = self.peek()
+            if not ch:
+                raise self.opened(start, "array")
+            if ch == "]":
+                self.i += 1
+                return
+            if ch == ",":
+                self.i += 1
+                continue
+            before = self.i
+            self.record((*path, index), before)
+            self.value((*path, index))
+            index += 1
+            if self.i == before:  # not a value: skip a character rather than loop
+                self.i += 1
+
+    def inline_table(self, path: _Path) -> None:
+        start = self.i
+        self.i += 1
+        while True:
+            self.skip_blank()
+            ch = self.peek()
+            if not ch:
+                raise self.opened(start, "inline table")
+            if ch == "}":
+                self.i += 1
+                return
+            if ch == ",":
+                self.i += 1
+                continue
+            before = self.i
+            self.key_value(path)
+            if self.i == before:
+                self.i += 1
+
+
+def _unquote(token: str) -> str:
+    """A quoted key's name (escapes decoded as JSON's, which cover TOML's common ones)."""
+    if token.startswith("'"):
+        return token.strip("'")
+    try:
+        value = json.loads(token)
+    except ValueError:
+        return token.strip('"')
+    return value if isinstance(value, str) else token.strip('"')
 
 
 class _FileReader:
-    """Validates the decoded TOML; finds line numbers by scanning the text, as tomllib has none."""
+    """Validates the decoded TOML; every error names the line `_Locator` found for its path."""
 
     def __init__(self, text: str, path: str) -> None:
-        self.lines = text.splitlines()
+        self.locator = _Locator(text)
         self.path = path
 
-    def where(self, key: str, *, table: str | None = None, index: int = 0, value: str = "") -> str:
-        return f"{self.path}:{self.line_of(key, table=table, index=index, value=value)}"
+    def where(self, path: _Path) -> str:
+        return f"{self.path}:{self.locator.line_of(path)}"
 
-    def headers(self, table: str) -> list[int]:
-        wanted = (f"[{table}]", f"[[{table}]]")
-        return [i for i, line in enumerate(self.lines) if _bare_line(line) in wanted]
-
-    def line_of(self, key: str, *, table: str | None, index: int, value: str) -> int:
-        """Best-effort 1-based line of `key` (or of `value`) in the `index`-th `[table]`.
-
-        With `table=None`, `key` is a top-level key or a table name. Inline tables and dotted keys
-        defeat the scan; it then falls back to the table header, or to line 1.
-        """
-        if table is None:
-            headers = self.headers(key)
-            if headers:
-                return headers[min(index, len(headers) - 1)] + 1
-            start = 0
-        else:
-            headers = self.headers(table)
-            if not headers:
-                return 1
-            start = headers[min(index, len(headers) - 1)]
-        stop = next(
-            (i for i in range(start + 1, len(self.lines)) if _bare_line(self.lines[i])[:1] == "["),
-            len(self.lines),
-        )
-        if value:
-            # Prefer the quoted string: 'ttft.p95 < 400' is also a substring of '... < 400ms'.
-            for needle in (f'"{value}"', f"'{value}'", value):
-                for i in range(start, stop):
-                    if needle in self.lines[i]:
-                        return i + 1
-        for i in range(start, stop):
-            head = _bare_line(self.lines[i]).split("=", 1)[0].strip().strip("\"'")
-            if head == key:
-                return i + 1
-        return start + 1
-
-    def fail(self, reason: str, key: str, **where: Any) -> NoReturn:
-        raise BudgetError(reason, source=self.where(key, **where))
+    def fail(self, reason: str, path: _Path) -> NoReturn:
+        raise BudgetError(reason, source=self.where(path))
 
     def read(self, data: dict[str, Any]) -> BudgetFile:
         for key in data:
+            if key in _DEFAULT_KEYS:
+                self.fail(
+                    f"{key!r} is a key of [defaults], not a table: put it under a [defaults] "
+                    f"header (keys above the first [header] are top-level)",
+                    (key,),
+                )
+            if key in _RULE_KEYS:
+                self.fail(
+                    f"{key!r} is a key of a [[budget]] rule (or, for 'expect', of [session]), "
+                    f"not a table: put it under a [[budget]] or [session] header",
+                    (key,),
+                )
             if key not in _TOP_KEYS:
-                self.unknown(key, _TOP_KEYS, "top-level table", table=None)
+                self.unknown(key, _TOP_KEYS, "top-level table", (key,))
         defaults = self.defaults(data.get("defaults", {}))
         budgets = data.get("budget", [])
         if not isinstance(budgets, list) or not all(isinstance(b, dict) for b in budgets):
-            self.fail("'budget' must be an array of tables: [[budget]]", "budget", table=None)
+            self.fail("'budget' must be an array of tables: [[budget]]", ("budget",))
         rules = tuple(self.rule(b, i) for i, b in enumerate(budgets))
-        session_table = data.get("session", {})
+        if "session" not in data:
+            return BudgetFile(self.path, defaults, rules, ())
+        session_table = data["session"]
         if not isinstance(session_table, dict):
-            self.fail("'session' must be a table: [session]", "session", table=None)
+            self.fail("'session' must be a table: [session]", ("session",))
         for key in session_table:
             if key not in _SESSION_KEYS:
-                self.unknown(key, _SESSION_KEYS, "key in [session]", table="session")
-        session = self.expectations(session_table.get("expect", []), table="session", index=0)
+                self.unknown(key, _SESSION_KEYS, "key in [session]", ("session", key))
+        session = self.expectations(session_table, ("session",), "[session]")
         return BudgetFile(self.path, defaults, rules, session)
 
-    def unknown(self, key: str, valid: Sequence[str], what: str, **where: Any) -> NoReturn:
+    def unknown(self, key: str, valid: Sequence[str], what: str, path: _Path) -> NoReturn:
         close = difflib.get_close_matches(key, valid, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        self.fail(f"unknown {what} {key!r}; {hint}valid: {', '.join(valid)}", key, **where)
+        self.fail(f"unknown {what} {key!r}; {hint}valid: {', '.join(valid)}", path)
 
     def defaults(self, table: Any) -> Defaults:
         if not isinstance(table, dict):
-            self.fail("'defaults' must be a table: [defaults]", "defaults", table=None)
+            self.fail("'defaults' must be a table: [defaults]", ("defaults",))
         values: dict[str, int | None] = {}
         for key, value in table.items():
+            at = ("defaults", key)
             if key not in _DEFAULT_KEYS:
-                self.unknown(key, _DEFAULT_KEYS, "key in [defaults]", table="defaults")
+                self.unknown(key, _DEFAULT_KEYS, "key in [defaults]", at)
             lowest = 0 if key == "warmup" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-                self.fail(
-                    f"{key} must be an integer >= {lowest}, got {value!r}", key, table="defaults"
-                )
+                self.fail(f"{key} must be an integer >= {lowest}, got {value!r}", at)
             if value > MAX_SAMPLES:
-                self.fail(
-                    f"{key} = {value} is over the limit of {MAX_SAMPLES}", key, table="defaults"
-                )
+                self.fail(f"{key} = {value} is over the limit of {MAX_SAMPLES}", at)
             values[key] = value
         defaults = Defaults(**values)
         if (
@@ -1111,50 +1343,61 @@ class _FileReader:
         ):
             self.fail(
                 f"max_samples ({defaults.max_samples}) is below samples ({defaults.samples})",
-                "max_samples",
-                table="defaults",
+                ("defaults", "max_samples"),
             )
         return defaults
 
     def rule(self, table: dict[str, Any], index: int) -> BudgetRule:
-        where: dict[str, Any] = {"table": "budget", "index": index}
+        here: _Path = ("budget", index)
         for key in table:
             if key not in _RULE_KEYS:
-                self.unknown(key, _RULE_KEYS, "key in [[budget]]", **where)
+                self.unknown(key, _RULE_KEYS, "key in [[budget]]", (*here, key))
         select, marker = table.get("select"), table.get("marker")
         for key, value in (("select", select), ("marker", marker)):
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                self.fail(f"{key} must be a non-empty string, got {value!r}", key, **where)
+                self.fail(f"{key} must be a non-empty string, got {value!r}", (*here, key))
         if marker is not None and not marker.isidentifier():
-            self.fail(f"marker must be a pytest marker name, got {marker!r}", "marker", **where)
+            self.fail(f"marker must be a pytest marker name, got {marker!r}", (*here, "marker"))
         if select is None and marker is None:
             self.fail(
                 "a [[budget]] needs 'select' (a node-id glob) and/or 'marker' to choose tests",
-                "budget",
-                table=None,
-                index=index,
+                here,
             )
-        if "expect" not in table:
-            self.fail("a [[budget]] needs 'expect = [...]'", "budget", **where)
-        expectations = self.expectations(table["expect"], **where)
-        if not expectations:
-            self.fail("'expect' is empty", "expect", **where)
-        source = self.where("budget", table="budget", index=index)
-        return BudgetRule(expectations, select, marker, source)
+        expectations = self.expectations(table, here, "[[budget]]")
+        return BudgetRule(expectations, select, marker, self.where(here))
 
-    def expectations(self, value: Any, *, table: str, index: int) -> tuple[Expectation, ...]:
+    def expectations(
+        self, table: dict[str, Any], here: _Path, what: str
+    ) -> tuple[Expectation, ...]:
+        """`expect` of a [[budget]] or of [session]: the same rules for both (a non-empty list
+        of expressions, or one string; no budget twice)."""
+        if "expect" not in table:
+            self.fail(f"a {what} needs 'expect = [...]'", here)
+        value = table["expect"]
+        at: _Path = (*here, "expect")
+        items: list[tuple[Any, _Path]]
         if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            self.fail(
-                f"'expect' must be a list of strings, got {type(value).__name__}",
-                "expect",
-                table=table,
-                index=index,
-            )
-        parsed = []
-        for item in value:
-            shown = item if isinstance(item, str) else ""
-            source = self.where("expect", table=table, index=index, value=shown)
-            parsed.append(parse_expectation(item, source=source))
+            items = [(value, at)]
+        elif isinstance(value, list):
+            items = [(item, (*at, j)) for j, item in enumerate(value)]
+        else:
+            self.fail(f"'expect' must be a list of strings, got {type(value).__name__}", at)
+        if not items:
+            self.fail(f"'expect' is empty: a {what} with no budget checks nothing", at)
+        parsed: list[Expectation] = []
+        # The same budget by meaning: 'ttft.p95 < 400ms' and 'ttft.p95<0.4s' are one budget.
+        seen: dict[tuple[str, str, float], tuple[Expectation, _Path]] = {}
+        for item, item_at in items:
+            expectation = parse_expectation(item, source=self.where(item_at))
+            key = (expectation.label, expectation.op, expectation.threshold)
+            previous, first = seen.setdefault(key, (expectation, item_at))
+            if first != item_at:
+                self.fail(
+                    f"'expect' of this {what} gives the same budget twice: "
+                    f"{_quote(previous.text)} (line {self.locator.line_of(first)}) and "
+                    f"{_quote(expectation.text)} (line {self.locator.line_of(item_at)}); "
+                    f"remove one",
+                    item_at,
+                )
+            parsed.append(expectation)
         return tuple(parsed)

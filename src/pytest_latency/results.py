@@ -30,7 +30,7 @@ from typing import Any, Final
 from pytest_latency import diagnose, stats
 from pytest_latency.aggregate import cache_read_ratio, kept_calls, per_call_values
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
-from pytest_latency.histogram import LatencyHistogram
+from pytest_latency.histogram import BucketCounts, LatencyHistogram, record_values
 from pytest_latency.metrics import CallMetrics
 from pytest_latency.recording import Call
 
@@ -123,11 +123,10 @@ def _otel(metric: str) -> dict[str, Any] | None:
 # ---- metric blocks ---------------------------------------------------------------------------
 
 
-def _exact_block(metric: str, values: Sequence[float]) -> dict[str, Any]:
+def _exact_block(metric: str, values: Sequence[float], counts: BucketCounts) -> dict[str, Any]:
     """A per-test block: percentiles by the budgets' estimator on the raw values, plus the
-    values' HDR histogram for tools (and for `compare`, which has no raw values)."""
-    hist = LatencyHistogram()
-    hist.record_many(values)
+    values' HDR histogram for tools (and for `compare`, which has no raw values); `counts` holds
+    the same values counted per bucket."""
     data = sorted(values)
     block: dict[str, Any] = {"unit": _unit(metric), "count": len(data)}
     for p in PERCENTILES:
@@ -137,7 +136,7 @@ def _exact_block(metric: str, values: Sequence[float]) -> dict[str, Any]:
             "min": data[0],
             "max": data[-1],
             "mean": math.fsum(data) / len(data),
-            "hdr": hist.encode(),
+            "hdr": counts.encode(),
             "otel": _otel(metric),
         }
     )
@@ -158,11 +157,14 @@ class _HdrPool:
     out_of_range: int = 0
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> _HdrPool:
-        hist = LatencyHistogram()
-        hist.record_many(values)
-        total = round(hist.mean * hist.count) if hist.count else 0
-        return cls(hist, total, hist.below_range + hist.above_range)
+    def of(cls, parts: Iterable[BucketCounts]) -> _HdrPool:
+        """The pool of values counted in `parts` (one histogram, filled bucket by bucket)."""
+        pool = cls(LatencyHistogram())
+        for counts in parts:
+            pool.hist.add_counts(counts)
+            pool.total += counts.total
+            pool.out_of_range += counts.out_of_range
+        return pool
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> _HdrPool:
@@ -227,25 +229,22 @@ class _Tally:
 FLAGS: Final = ("consumer_bound", "client_saturated", "incomplete", "opaque")
 
 
+# The group keys of a call (`_group_keys`, keys only): calls with the same keys land in the same
+# rollups, so their values are counted once per key set and each rollup adds up its key sets.
+_Keys = tuple[str, ...]
+
+
 @dataclass(slots=True)
 class _Rollup:
     tally: _Tally
     errors: Counter[str]
     retried_errors: Counter[str]
     flags: Counter[str]
-    values: dict[str, list[float]]
     finals: list[CallMetrics]
 
     @classmethod
     def empty(cls) -> _Rollup:
-        return cls(
-            _Tally(),
-            Counter(),
-            Counter(),
-            Counter({f: 0 for f in FLAGS}),
-            {m: [] for m in (*TIME_METRICS, *TOKEN_METRICS)},
-            [],
-        )
+        return cls(_Tally(), Counter(), Counter(), Counter({f: 0 for f in FLAGS}), [])
 
     def add_calls(self, calls: Sequence[Call]) -> None:
         finals = [c.final for c in calls]
@@ -262,11 +261,20 @@ class _Rollup:
             self.tally.calls_reporting_cache += ratio.n
             self.tally.cache_read += int(ratio.numerator)
             self.tally.cache_input += int(ratio.denominator)
-        for metric, pool in self.values.items():
-            pool.extend(per_call_values(metric, ok))
 
-    def to_dict(self, key_fields: Mapping[str, str], scope: str) -> dict[str, Any]:
-        metrics = {m: _HdrPool.of(v).block(m) for m, v in self.values.items() if v}
+    def to_dict(
+        self,
+        key_fields: Mapping[str, str],
+        scope: str,
+        values: Iterable[Mapping[str, BucketCounts]],
+    ) -> dict[str, Any]:
+        """`values`: the per-metric counts of every key set of calls this rollup covers."""
+        parts = list(values)
+        metrics: dict[str, dict[str, Any]] = {}
+        for metric in (*TIME_METRICS, *TOKEN_METRICS):
+            counted = [p[metric] for p in parts if metric in p and p[metric].count]
+            if counted:
+                metrics[metric] = _HdrPool.of(counted).block(metric)
         out = _aggregate_dict(
             key_fields, self.tally, self.errors, self.retried_errors, self.flags, metrics
         )
@@ -317,6 +325,17 @@ def _aggregate_dict(
 def _json_safe(value: Any, digits: int | None = None) -> Any:
     """Diagnosis output made strict JSON: non-finite floats become null, tuples lists; with
     `digits`, floats keep that many significant digits (the what-ifs: 7 is 1 µs at seconds)."""
+    kind = type(value)  # exact types first: the what-ifs are thousands of plain floats
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{digits}g}") if digits else value
+    if kind is dict:
+        return {str(k): _json_safe(v, digits) for k, v in value.items()}
+    if kind is list:
+        return [_json_safe(v, digits) for v in value]
     if isinstance(value, float):
         if not math.isfinite(value):
             return None
@@ -433,17 +452,37 @@ def _kept_manual(data: Mapping[str, Any]) -> list[list[Any]]:
     return [m for m in data.get("manual", []) if m[0] >= 0 and not m[1]]
 
 
-def _test_entry(data: Mapping[str, Any], calls: Sequence[Call]) -> dict[str, Any]:
+def _test_entry(
+    data: Mapping[str, Any],
+    calls: Sequence[Call],
+    by_keys: dict[_Keys, dict[str, BucketCounts]],
+) -> dict[str, Any]:
+    """The test's entry; its calls' values are also counted into `by_keys` (per key set of the
+    calls, per metric) for the group and session rollups."""
     finals = [c.final for c in calls]
     ok = [f for f in finals if f.error is None]
+    ok_by_keys: dict[_Keys, list[CallMetrics]] = {}
+    for final in ok:
+        ok_by_keys.setdefault(tuple(k for k, _ in _group_keys(final)), []).append(final)
     manual = _kept_manual(data)
     metrics: dict[str, dict[str, Any]] = {}
     for metric in (*TIME_METRICS, *TOKEN_METRICS):
+        values: list[float] = []
+        counts = BucketCounts()
+        for keys, subset in ok_by_keys.items():
+            part = per_call_values(metric, subset)
+            if part:
+                pooled = by_keys.setdefault(keys, {}).setdefault(metric, BucketCounts())
+                record_values(part, (counts, pooled))  # each value's bucket computed once
+                values.extend(part)
         # Hand-recorded values join the pool exactly as they do when budgets are judged, so a
-        # block's p95 is the estimate its budget saw.
-        values = per_call_values(metric, ok) + [float(m[3]) for m in manual if m[2] == metric]
+        # block's p95 is the estimate its budget saw (they stay out of the rollups).
+        own = [float(m[3]) for m in manual if m[2] == metric]
+        if own:
+            counts.record_many(own)
+            values.extend(own)
         if values:
-            metrics[metric] = _exact_block(metric, values)
+            metrics[metric] = _exact_block(metric, values, counts)
     samples = int(data.get("samples", 0))
     per_sample = [0] * samples
     for call in calls:
@@ -481,9 +520,17 @@ def _test_entry(data: Mapping[str, Any], calls: Sequence[Call]) -> dict[str, Any
         "findings": _json_safe(
             list(data["findings"]) if "findings" in data else diagnose.findings_for_test(data)
         ),
-        "what_ifs": _json_safe(diagnose.what_ifs_for_test(data), digits=7),
+        "what_ifs": _json_safe(_what_ifs(data, calls), digits=7),
     }
     return entry
+
+
+def _what_ifs(data: Mapping[str, Any], calls: Sequence[Call]) -> dict[str, Any]:
+    """`diagnose.what_ifs_for_test(data)` on the calls already parsed (it would parse them again:
+    a tenth of `build_result` at 1,000 tests)."""
+    out = diagnose.what_ifs([c.final for c in calls])
+    out["calls_per_sample"] = diagnose.step_counts(calls, int(data.get("samples", 0)))
+    return out
 
 
 MAX_ERROR_DETAIL: Final = 200
@@ -634,16 +681,20 @@ def build_result(
     entries: list[dict[str, Any]] = []
     everything = _Rollup.empty()
     groups: dict[str, tuple[dict[str, str], _Rollup]] = {}
+    # Every value is counted once (per test block and per key set of its call, in one pass);
+    # a rollup adds up the few key sets it covers instead of re-recording its values.
+    by_keys: dict[_Keys, dict[str, BucketCounts]] = {}
     for data in tests:
         calls = kept_calls(data)
-        entries.append(_test_entry(data, calls))
+        entries.append(_test_entry(data, calls, by_keys))
         everything.add_calls(calls)
         everything.tally.tests += 1
         seen: set[str] = set()
         by_key: dict[str, list[Call]] = {}
         for call in calls:
             for key, fields in _group_keys(call.final):
-                groups.setdefault(key, (fields, _Rollup.empty()))
+                if key not in groups:
+                    groups[key] = (fields, _Rollup.empty())
                 by_key.setdefault(key, []).append(call)
         for key, group_calls in by_key.items():
             rollup = groups[key][1]
@@ -664,10 +715,11 @@ def build_result(
         "metrics_info": _metrics_info(),
         "tests": entries,
         "groups": {
-            key: rollup.to_dict(fields, key) for key, (fields, rollup) in sorted(groups.items())
+            key: rollup.to_dict(fields, key, (v for ks, v in by_keys.items() if key in ks))
+            for key, (fields, rollup) in sorted(groups.items())
         },
         "session": {
-            **everything.to_dict({}, "session"),
+            **everything.to_dict({}, "session", by_keys.values()),
             "budgets": [_budget_entry(j) for j in session.get("budgets", [])],
         },
     }

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_latency import attribution
+# Stateful modules are imported by their full name, never as `from pytest_latency import x`:
+# that form reuses a stale package attribute when the module was unloaded (pytester's in-process
+# runs do it), leaving the plugin and capture with two different attribution modules.
+from pytest_latency.attribution import set_fallback
 from pytest_latency.plugin import _outputs
 from pytest_latency.plugin._collector import LatencyCollector
 from pytest_latency.plugin._fixtures import (
@@ -29,6 +32,7 @@ from pytest_latency.plugin._fixtures import (
 from pytest_latency.plugin._sampling import (
     pytest_make_collect_report,
     pytest_pyfunc_call,
+    pytest_runtest_call,
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
@@ -49,6 +53,7 @@ __all__ = [
     "pytest_make_collect_report",
     "pytest_pyfunc_call",
     "pytest_report_header",
+    "pytest_runtest_call",
     "pytest_runtest_makereport",
     "pytest_runtest_protocol",
     "pytest_unconfigure",
@@ -70,17 +75,17 @@ def pytest_configure(config: pytest.Config) -> None:
     run = RunState()
     config.stash[RUN_KEY] = run
     # Calls made outside any test (session fixtures, collection) are kept, never dropped.
-    attribution.set_fallback(run.session_recording.sink)
+    set_fallback(run.session_recording.sink)
     if settings.capture == "auto":
-        from pytest_latency import capture
+        from pytest_latency.capture import install_auto_capture
 
-        run.uninstall_auto_capture = capture.install_auto_capture(read_ahead=settings.read_ahead)
+        run.uninstall_auto_capture = install_auto_capture(read_ahead=settings.read_ahead)
     if outputs is not None:
         config.pluginmanager.register(LatencyCollector(run, settings, outputs), COLLECTOR_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    attribution.set_fallback(None)
+    set_fallback(None)
     collector = config.pluginmanager.get_plugin(COLLECTOR_NAME)
     if collector is not None:
         config.pluginmanager.unregister(collector)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_latency import attribution
+from pytest_latency.attribution import Sink, routing_to  # by full name: see plugin/__init__.py
 from pytest_latency.plugin._state import (
     PLAN_KEY,
     PLUGIN_NAME,
@@ -136,17 +136,17 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     if run is not None:
         run.current = recording
     settings = item.config.stash.get(SETTINGS_KEY, None)
-    sink: attribution.Sink = recording.sink
+    sink: Sink = recording.sink
     if settings is not None and settings.capture_text > 0:
         sink = _keeping_text(recording, settings.capture_text)
-    with attribution.routing_to(sink):
+    with routing_to(sink):
         result = yield
     if run is not None:
         run.current = None
     return result
 
 
-def _keeping_text(recording: Recording, limit: int) -> attribution.Sink:
+def _keeping_text(recording: Recording, limit: int) -> Sink:
     """`recording.sink`, allowing `metrics` to keep `limit` characters of each call's text."""
 
     def sink(record: WireRecord) -> None:
@@ -156,12 +156,26 @@ def _keeping_text(recording: Recording, limit: int) -> attribution.Sink:
     return sink
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """An unplanned test body is one sample: its calls count as sample 0, not as fixture calls.
+    (A planned one marks its own samples in `pytest_pyfunc_call`.)"""
+    recording = item.stash.get(RECORDING_KEY, None)
+    if recording is None or PLAN_KEY in item.stash:
+        return (yield)
+    recording.begin_sample(warmup=False)
+    try:
+        return (yield)
+    finally:
+        recording.end_sample()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     recording = pyfuncitem.stash.get(RECORDING_KEY, None)
-    if recording is None:
-        return None
-    plan = pyfuncitem.stash.get(PLAN_KEY, None) or SamplingPlan((), 1, 0, 1)
+    plan = pyfuncitem.stash.get(PLAN_KEY, None)
+    if recording is None or plan is None:
+        return None  # one plain run, by pytest's own implementation
     # Every other implementation (pytest's own, pytest-asyncio's, anyio's) runs once per sample;
     # fixtures stay set up across samples, like pytest-benchmark's rounds.
     manager = pyfuncitem.config.pluginmanager
@@ -205,6 +219,8 @@ def pytest_runtest_makereport(
     if call.when != "call" or recording is None:
         return report
     plan = item.stash.get(PLAN_KEY, None)
+    if plan is None and not recording.entries and not recording.manual:
+        return report  # a test that measured nothing and is held to nothing
     data = recording.to_data()
     data["location"] = [report.location[0], report.location[1]]
     if plan is not None and plan.budgeted:

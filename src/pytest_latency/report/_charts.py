@@ -4,7 +4,9 @@ Owns the four chart kinds (HDR-style percentile distribution on a log 1/(1−q) 
 log-binned histogram, a scatter with a fitted line, a per-sample call timeline) as frozen view
 models the template draws with loops: coordinates, tick labels and tooltips, never markup. Every
 chart's size is bounded (point counts are capped here), so the report does not grow with the
-number of samples. Stdlib only, plus the sibling `_format`; never jinja2.
+number of samples, and compact: coordinates are whole pixels, curves have at most 60 points, and a
+mark repeats no tooltip (a call's wait and stream bars share one). Stdlib only, plus the sibling
+`_format`; never jinja2.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ HEIGHT = 230
 LEFT, RIGHT, TOP, BOTTOM = 58, 14, 12, 36
 MAX_DOTS = 150
 Label = Callable[[float], str]
-MAX_CURVE_POINTS = 120
+MAX_CURVE_POINTS = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Chart:
     segments: tuple[Segment, ...] = ()
     legend: tuple[LegendEntry, ...] = ()
     note: str = ""
+    y_grid: bool = True  # horizontal grid lines at the y ticks (not for timeline lanes)
     width: int = WIDTH
     height: int = HEIGHT
 
@@ -121,7 +124,7 @@ class _Scale:
         else:
             lo, hi = self.lo, self.hi
         t = 0.0 if hi == lo else (v - lo) / (hi - lo)
-        return round(self.a + t * (self.b - self.a), 1)
+        return round(self.a + t * (self.b - self.a))  # whole pixels: a third of the bytes
 
 
 def _nice_step(span: float, target: int = 5) -> float:
@@ -255,7 +258,7 @@ def curve_from_buckets(metric: str, buckets: Sequence[tuple[float, int]]) -> Cur
         seen += count
         p = 100.0 * seen / total
         x = 1.0 / max(1.0 - p / 100.0, 1e-9)
-        if seen == total or x >= last_x * 1.08:  # ~120 points across three decades
+        if seen == total or x >= last_x * 1.22:  # <= 60 points across the five decades to p99.999
             points.append((min(p, 99.999), value))
             last_x = x
     points[-1] = (100.0, buckets[-1][0])
@@ -293,8 +296,8 @@ def histogram_chart(title: str, buckets: Sequence[tuple[float, int]], bins: int 
             Bar(
                 x1,
                 y,
-                max(round(x2 - x1 - 1, 1), 1.0),
-                round(HEIGHT - BOTTOM - y, 1),
+                max(round(x2 - x1 - 1), 1),
+                round(HEIGHT - BOTTOM - y),
                 "s-itl",
                 f"{fmt.duration(edges[i])} – {fmt.duration(edges[i + 1])}: {count}",
             )
@@ -372,7 +375,7 @@ def prefill_chart(
 
 # ---- per-sample call timeline -------------------------------------------------------------------
 
-MAX_LANES = 36
+MAX_LANES = 24
 LANE = 7
 
 
@@ -418,14 +421,14 @@ def timeline_chart(title: str, samples: Sequence[tuple[int, Sequence[TimelineCal
         what = f"{api}: starts {fmt.duration(start)}"
         if error:
             bars.append(
-                Bar(x_start, y, max(x_stop - x_start, 1.5), LANE - 1, "t-error", f"{what}, {error}")
+                Bar(x_start, y, max(x_stop - x_start, 2), LANE - 1, "t-error", f"{what}, {error}")
             )
         else:
             first = f", first token {fmt.duration(token)}" if token is not None else ""
             tip = f"{what}{first}, ends {fmt.duration(stop)}"
-            bars.append(Bar(x_start, y, max(round(mid - x_start, 1), 1.0), LANE - 1, "t-wait", tip))
-            if x_stop > mid:
-                bars.append(Bar(mid, y, round(x_stop - mid, 1), LANE - 1, "t-stream", tip))
+            bars.append(Bar(x_start, y, max(mid - x_start, 1), LANE - 1, "t-wait", tip))
+            if x_stop > mid:  # the same call: its tooltip is on the wait bar only
+                bars.append(Bar(mid, y, x_stop - mid, LANE - 1, "t-stream", ""))
         y += LANE
     return Chart(
         title,
@@ -440,4 +443,5 @@ def timeline_chart(title: str, samples: Sequence[tuple[int, Sequence[TimelineCal
             LegendEntry("t-error", "failed"),
         ),
         height=int(height),
+        y_grid=False,
     )
