@@ -4,6 +4,8 @@ as an error of its type on the call, SDK retries are attempts of one call, `erro
 
 from __future__ import annotations
 
+import json
+
 import anthropic  # noqa: F401  (kept loaded across pytester's in-process runs: see test_plugin_sim)
 import openai  # noqa: F401
 import pytest
@@ -98,9 +100,22 @@ def test_every_fault_through_every_sdk_is_recorded_with_its_type(
     tester: pytest.Pytester,
 ) -> None:
     tester.makepyfile(test_inner_matrix=MATRIX)
-    result = tester.runpytest("--latency-sim=instant", "-p", "asyncio", "--asyncio-mode=strict")
+    result = tester.runpytest(
+        "--latency-sim=instant",
+        "-p",
+        "asyncio",
+        "--asyncio-mode=strict",
+        "--latency-report=report.html",
+        "--latency-json=result.json",
+    )
     result.assert_outcomes(passed=30)
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
+    # The report shows every error, by kind, for the reviewer.
+    html = (tester.path / "report.html").read_text()
+    for kind in ("http_429", "http_500", "http_529", "sse_error:", "RemoteProtocolError"):
+        assert kind in html, kind
+    data = json.loads((tester.path / "result.json").read_text())
+    assert data["session"]["error_count"] == 30
 
 
 def test_retries_are_attempts_of_one_call_and_are_budgetable(tester: pytest.Pytester) -> None:
