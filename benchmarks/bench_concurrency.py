@@ -41,6 +41,7 @@ from typing import Any
 
 import httpx2
 import openai
+from _common import load, spawn_sim
 
 from pytest_latency import instrument
 from pytest_latency.metrics import CallMetrics, call_metrics
@@ -51,25 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python benchmarks/bench_concurrency.py"
 
 
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     cmd = [
         sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0", "--preset", "instant",
         "--ttfb-ms", "1", "--decode-ms-per-token", str(args.itl_ms), "--tokens-per-chunk", "1",
         "--output-tokens", str(args.tokens), "--prefill-us-per-token", "200",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"the simulator did not start: {line!r}")
-    return proc, line.rsplit(" ", 1)[-1].strip()
+    return spawn_sim(cmd)
 
 
 def schedstat() -> tuple[float, float]:

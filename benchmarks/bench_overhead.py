@@ -46,6 +46,7 @@ from typing import Any
 import anthropic
 import httpx2
 import openai
+from _common import load, spawn_sim, spread
 
 from pytest_latency import instrument, wrap_transport
 from pytest_latency.metrics import call_metrics
@@ -65,37 +66,10 @@ def start_sim(tokens: int) -> tuple[subprocess.Popen[str], str]:
         sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0", "--preset", "instant",
         "--ttfb-ms", "0", "--decode-ms-per-token", "0", "--output-tokens", str(tokens),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"the simulator did not start: {line!r}")
-    return proc, line.rsplit(" ", 1)[-1].strip()
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+    return spawn_sim(cmd)
 
 
 # ---- statistics over pairs -------------------------------------------------------------------
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def spread(values: list[float], fmt: str) -> str:
-    return (
-        f"{format(statistics.median(values), fmt)} "
-        f"[{format(quantile(values, 0.1), fmt)}..{format(quantile(values, 0.9), fmt)}]"
-    )
 
 
 Timing = tuple[float, float]  # (the chosen clock's seconds, process CPU seconds)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from _common import load, spawn_sim
 
 from pytest_latency.sim import TruthRecord
 from pytest_latency.stats import percentile
@@ -96,25 +97,13 @@ TOKENIZER_SCRIPT = textwrap.dedent(
 )
 
 
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     cmd = [
         sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0", "--preset", "instant",
         "--ttfb-ms", "1", "--prefill-us-per-token", "200", "--decode-ms-per-token",
         str(args.itl_ms), "--output-tokens", str(TOKENS), "--jitter", "0",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"the simulator did not start: {line!r}")
-    return proc, line.rsplit(" ", 1)[-1].strip()
+    return spawn_sim(cmd)
 
 
 def truth_of_run(http: httpx2.Client) -> dict[str, list[float]]:

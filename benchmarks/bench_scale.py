@@ -49,6 +49,7 @@ from typing import Any
 
 import anthropic
 import openai
+from _common import load
 
 from pytest_latency import diagnose, instrument
 from pytest_latency.aggregate import judge
@@ -63,11 +64,6 @@ CHROMIUM = Path(os.environ.get("PYTEST_LATENCY_CHROMIUM", "/usr/bin/chromium"))
 MODELS = ("claude-sim-large", "claude-sim-small", "gpt-sim-large", "gpt-sim-small")
 EXPECT = ("ttft.p95 < 400ms", "tpot.p50 < 40ms", "e2e.p99 < 3s")
 TIME_FIELDS = ("ttfb", "ttft", "ttfo", "e2e", "tpot")
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def spread(values: list[float], fmt: str) -> str:

@@ -37,28 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import load, spread
+
 COMMAND = "python benchmarks/bench_unused_plugin.py"
 BASE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def spread(values: list[float], fmt: str) -> str:
-    return (
-        f"{format(statistics.median(values), fmt)} "
-        f"[{format(quantile(values, 0.1), fmt)}..{format(quantile(values, 0.9), fmt)}]"
-    )
 
 
 def write_suite(root: Path, tests: int, per_file: int = 100) -> None:

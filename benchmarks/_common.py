@@ -1,0 +1,49 @@
+"""Shared by the benchmark scripts: starting the simulator in its own process, and the small
+statistics they report (median with a 10th–90th percentile spread, the load average).
+
+Not a benchmark itself; the scripts import it as `_common` (they run as `python benchmarks/x.py`,
+so this folder is on the path).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn_sim(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Run a `pytest-latency sim --port 0 ...` command; return the process and its base URL
+    (read from its first line, so no free-port race)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"the simulator did not start: {line!r}")
+    return proc, line.rsplit(" ", 1)[-1].strip()
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """`median [p10..p90]`, formatted."""
+    return (
+        f"{format(statistics.median(values), fmt)} "
+        f"[{format(quantile(values, 0.1), fmt)}..{format(quantile(values, 0.9), fmt)}]"
+    )
