@@ -32,7 +32,6 @@ from pytest_latency.plugin._fixtures import (
 from pytest_latency.plugin._sampling import (
     pytest_make_collect_report,
     pytest_pyfunc_call,
-    pytest_runtest_call,
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
@@ -53,7 +52,6 @@ __all__ = [
     "pytest_make_collect_report",
     "pytest_pyfunc_call",
     "pytest_report_header",
-    "pytest_runtest_call",
     "pytest_runtest_makereport",
     "pytest_runtest_protocol",
     "pytest_unconfigure",

@@ -110,9 +110,9 @@ class LatencyCollector:
             self._run.written = [f"pytest-latency could not write its outputs: {exc!r}"]
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        from pytest_latency.terminal import summary_lines
-
         if self._run.summaries:
+            from pytest_latency.terminal import summary_lines
+
             terminalreporter.write_sep("=", "latency summary")
             for line in summary_lines(self._run.summaries):
                 terminalreporter.write_line(line)
@@ -141,11 +141,11 @@ class LatencyCollector:
             self._annotate(terminalreporter)
 
     def _write_findings(self, terminalreporter: pytest.TerminalReporter) -> None:
-        from pytest_latency.diagnose import summary_lines as finding_lines
-
         diagnosed = [(t["nodeid"], t["findings"]) for t in self._run.tests if t.get("findings")]
         if not diagnosed:
             return
+        from pytest_latency.diagnose import summary_lines as finding_lines
+
         terminalreporter.write_sep("-", "latency diagnosis")
         for nodeid, findings in diagnosed:
             terminalreporter.write_line(nodeid)

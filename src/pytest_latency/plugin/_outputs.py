@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 import subprocess
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +128,10 @@ def read_outputs(config: pytest.Config) -> Outputs:
 
 
 def run_info(config: pytest.Config, started: datetime.datetime) -> dict[str, Any]:
+    # Imported here: only a run that writes a file needs them (importlib.metadata alone is ~10 ms).
+    import platform
+    from importlib import metadata
+
     versions = {"python": platform.python_version()}
     for dist in ("pytest-latency", "pytest", "anthropic", "openai", "httpx2", "pytest-xdist"):
         try:

@@ -156,26 +156,17 @@ def _keeping_text(recording: Recording, limit: int) -> Sink:
     return sink
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """An unplanned test body is one sample: its calls count as sample 0, not as fixture calls.
-    (A planned one marks its own samples in `pytest_pyfunc_call`.)"""
-    recording = item.stash.get(RECORDING_KEY, None)
-    if recording is None or PLAN_KEY in item.stash:
-        return (yield)
-    recording.begin_sample(warmup=False)
-    try:
-        return (yield)
-    finally:
-        recording.end_sample()
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     recording = pyfuncitem.stash.get(RECORDING_KEY, None)
+    if recording is None:
+        return None
     plan = pyfuncitem.stash.get(PLAN_KEY, None)
-    if recording is None or plan is None:
-        return None  # one plain run, by pytest's own implementation
+    if plan is None:
+        # One plain run, by pytest's own implementation: its calls are sample 0 (not fixture
+        # calls). The sample ends in the call phase's makereport, which follows the body.
+        recording.begin_sample(warmup=False)
+        return None
     # Every other implementation (pytest's own, pytest-asyncio's, anyio's) runs once per sample;
     # fixtures stay set up across samples, like pytest-benchmark's rounds.
     manager = pyfuncitem.config.pluginmanager
@@ -219,6 +210,8 @@ def pytest_runtest_makereport(
     if call.when != "call" or recording is None:
         return report
     plan = item.stash.get(PLAN_KEY, None)
+    if plan is None:
+        recording.end_sample()
     if plan is None and not recording.entries and not recording.manual:
         return report  # a test that measured nothing and is held to nothing
     data = recording.to_data()
