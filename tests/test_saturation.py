@@ -207,7 +207,7 @@ async def test_calm(async_openai_client, latency):
         await asyncio.gather(*(stream(async_openai_client, i, 0) for i in range(2)))
     finals = [c.final for c in latency.calls]
     assert len(finals) == 6
-    assert all(f.loop_lag_max_ms is not None for f in finals)
+    # (a call shorter than the monitor's 10 ms tick may see no wake-up at all: None, not 0)
     # A calm loop is not saturated; on a shared 2-core box the whole process can still be
     # descheduled once for a scheduler slice, so one stray flag of six is tolerated.
     assert sum(f.client_saturated for f in finals) <= 1, [f.loop_lag_max_ms for f in finals]
