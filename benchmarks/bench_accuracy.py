@@ -17,17 +17,16 @@ import argparse
 import asyncio
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import httpx2
 import openai
+from _common import spawn_sim
 
 from pytest_latency import capture
 from pytest_latency.metrics import call_metrics
@@ -37,28 +36,13 @@ from pytest_latency.wire import WireRecord
 PROMPT = [{"role": "user", "content": "Count, one number per token."}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+def _start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     command = [
-        sys.executable, "-m", "pytest_latency.cli", "sim", f"--port={port}", "--preset=instant",
+        sys.executable, "-m", "pytest_latency.cli", "sim", "--port=0", "--preset=instant",
         "--ttfb-ms=1", f"--decode-ms-per-token={args.decode_ms}", "--tokens-per-chunk=1",
         f"--output-tokens={args.tokens}", "--jitter=0", "--prefill-us-per-token=200",
     ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(400):
-        try:
-            if httpx2.get(f"{base}/health").status_code == 200:
-                return process, base
-        except httpx2.TransportError:
-            time.sleep(0.05)
-    raise SystemExit("the simulator did not start")
+    return spawn_sim(command)
 
 
 def _sync_calls() -> dict[str, tuple[str, Callable[[Any], None]]]:

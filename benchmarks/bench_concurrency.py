@@ -48,7 +48,6 @@ from pytest_latency.metrics import CallMetrics, call_metrics
 from pytest_latency.sim import TruthRecord
 from pytest_latency.wire import WireRecord
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python benchmarks/bench_concurrency.py"
 
 

@@ -40,7 +40,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -52,7 +51,6 @@ from pytest_latency import instrument, wrap_transport
 from pytest_latency.metrics import call_metrics
 from pytest_latency.wire import WireRecord
 
-ROOT = Path(__file__).resolve().parents[1]
 Clock = Callable[[], float]
 PROMPT = [{"role": "user", "content": "Count, one number per token."}]
 COMMAND = "python benchmarks/bench_overhead.py"

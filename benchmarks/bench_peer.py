@@ -49,7 +49,6 @@ from _common import load, spawn_sim
 from pytest_latency.sim import TruthRecord
 from pytest_latency.stats import percentile
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python benchmarks/bench_peer.py"
 PROMPT = "Please summarise the following text in one paragraph. " * 16
 TOKENS = 32

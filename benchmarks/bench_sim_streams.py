@@ -26,14 +26,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import spawn_sim
 
 
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     cmd = [
         sys.executable,
         "-m",
@@ -50,13 +48,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         "--output-tokens",
         str(args.tokens),
     ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"server did not start: {line!r}")
-    return proc, line.rsplit(" ", 1)[-1].strip()
+    return spawn_sim(cmd)
 
 
 def http(method: str, url: str) -> Any:

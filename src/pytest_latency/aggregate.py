@@ -94,6 +94,11 @@ def _matches(call: CallMetrics, filters: Iterable[tuple[str, str]]) -> bool:
     return True
 
 
+def error_counts(calls: Iterable[Call]) -> Counter[str]:
+    """What went wrong, by error kind: each call counted once, by its final attempt."""
+    return Counter(call.final.error for call in calls if call.final.error is not None)
+
+
 def per_call_values(metric: str, calls: Sequence[CallMetrics]) -> list[float]:
     values: list[float] = []
     for call in calls:
@@ -428,6 +433,7 @@ __all__ = [
     "FLAGGED_POLICIES",
     "Judgement",
     "TestSummary",
+    "error_counts",
     "flagged_failure",
     "judge",
     "judge_pooled",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_latency import diagnose, stats
-from pytest_latency.aggregate import cache_read_ratio, kept_calls, per_call_values
+from pytest_latency.aggregate import cache_read_ratio, error_counts, kept_calls, per_call_values
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.histogram import BucketCounts, LatencyHistogram, record_values
 from pytest_latency.metrics import CallMetrics
@@ -510,7 +510,7 @@ def _test_entry(
         "phase": _phase(ok),
         "budgets": [_budget_entry(j) for j in data.get("budgets", [])],
         "flags": _flags(finals),
-        "errors": dict(sorted(Counter(f.error for f in finals if f.error is not None).items())),
+        "errors": dict(sorted(error_counts(calls).items())),
         "retried_errors": dict(sorted(_retried_errors(calls).items())),
         "error_kinds": _error_kinds(calls),
         "timeline": _timeline(calls),

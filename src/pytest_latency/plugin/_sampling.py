@@ -10,7 +10,6 @@ missed budget. Its measurements ride on the call report as plain data.
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -277,15 +276,10 @@ def _fail_on_misses(
         budget_missed = any(j.expr != FLAGGED_EXPR for j in misses)
         header = "latency budget missed" if budget_missed else "flagged calls in a budgeted test"
         lines = [f"pytest-latency: {header}", *(f"  {j.message}" for j in misses)]
-        errors = error_counts(data)
+        from pytest_latency.aggregate import error_counts, kept_calls
+
+        errors = error_counts(kept_calls(data))
         if errors:
             listed = ", ".join(f"{kind} ×{count}" for kind, count in errors.most_common())
             lines.append(f"  errors: {listed}")
         report.longrepr = "\n".join(lines)
-
-
-def error_counts(data: dict[str, Any]) -> Counter[str]:
-    """What went wrong in the kept calls, by error kind (the final attempt's)."""
-    from pytest_latency.aggregate import kept_calls
-
-    return Counter(call.final.error for call in kept_calls(data) if call.final.error is not None)
