@@ -1,4 +1,5 @@
-"""A peer on the same server: pytest-latency vs NVIDIA AIPerf, measuring the simulator.
+"""A peer on the same server: pytest-latency vs NVIDIA AIPerf, measuring the simulator (and the
+llama.cpp server that scripts/llama_server.py builds, with ``--server llama``).
 
 The simulator runs in its own process (``pytest-latency sim``, preset ``instant``: 1 ms headers,
 200 µs per prompt token, ``--itl-ms`` per output token, 32 output tokens, no jitter, so the true
@@ -26,13 +27,23 @@ event sent (so a tool's ttft − truth is its send path + loopback + read path),
 (last − first content event) / (tokens − 1), itl truth = the gaps between content events.
 Percentiles are linear (numpy's default) everywhere.
 
-    python benchmarks/bench_peer.py            # 2 rounds of 50 requests each, ~2 min
-    python benchmarks/bench_peer.py --quick    # 1 round of 20
+``--server llama`` measures a real inference server instead: ``llama-server`` (built by
+``python scripts/llama_server.py build``, serving its tiny random-weight model, one slot, one
+thread). Every request asks for exactly 32 tokens and no prompt cache (``ignore_eos``,
+``cache_prompt: false``, sent by both tools), so each one prefills the whole prompt. The server
+keeps no per-event log, so there is no ground truth: the two tools are compared with each other,
+and with the server's own mean prefill and decode times (its Prometheus ``/metrics`` counters,
+read before and after each tool's run).
+
+    python benchmarks/bench_peer.py                   # 2 rounds of 50 requests each, ~2 min
+    python benchmarks/bench_peer.py --quick           # 1 round of 20
+    python benchmarks/bench_peer.py --server llama    # the llama.cpp server, ~3 min
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -49,6 +60,7 @@ from _common import load, spawn_sim
 from pytest_latency.sim import TruthRecord
 from pytest_latency.stats import percentile
 
+ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python benchmarks/bench_peer.py"
 PROMPT = "Please summarise the following text in one paragraph. " * 16
 TOKENS = 32
@@ -76,11 +88,15 @@ TEST_FILE = textwrap.dedent(
             max_tokens=int(os.environ["SIM_TOKENS"]),
             stream=True,
             stream_options={"include_usage": True},
+            extra_body=json.loads(os.environ["SIM_EXTRA"]),
         )
         for _ in stream:
             pass
     """
 )
+TEST_FILE = TEST_FILE.replace("import os\n", "import json\nimport os\n", 1)
+# llama-server: exactly TOKENS tokens from the random model, and a full prefill every time.
+LLAMA_EXTRA = {"ignore_eos": True, "cache_prompt": False}
 
 TOKENIZER_SCRIPT = textwrap.dedent(
     """
@@ -123,7 +139,41 @@ def truth_of_run(http: httpx2.Client) -> dict[str, list[float]]:
     return out
 
 
-def run_pytest_latency(work: Path, base: str, requests: int) -> tuple[dict[str, Any], float]:
+def start_llama() -> tuple[Any, str]:
+    """llama-server on loopback (scripts/llama_server.py); exits with how to build it if absent."""
+    spec = importlib.util.spec_from_file_location(
+        "llama_server", ROOT / "scripts" / "llama_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    llama_server = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = llama_server  # its dataclasses look their module up there
+    spec.loader.exec_module(llama_server)
+    reason = llama_server.unavailable_reason()
+    if reason is not None:
+        raise SystemExit(reason)
+    server = llama_server.start(extra_args=["--metrics"])
+    return server, server.base_url
+
+
+def server_seconds(http: httpx2.Client) -> dict[str, float]:
+    """llama-server's cumulative prefill and decode counters (its Prometheus /metrics)."""
+    wanted = {
+        "llamacpp:prompt_seconds_total": "prompt_s",
+        "llamacpp:tokens_predicted_seconds_total": "decode_s",
+        "llamacpp:prompt_tokens_total": "prompt_tokens",
+        "llamacpp:tokens_predicted_total": "decoded_tokens",
+    }
+    out: dict[str, float] = {}
+    for line in http.get("/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in wanted:
+            out[wanted[name]] = float(value)
+    return out
+
+
+def run_pytest_latency(
+    work: Path, base: str, requests: int, extra: dict[str, Any]
+) -> tuple[dict[str, Any], float]:
     out = work / "latency.json"
     env = {
         **os.environ,
@@ -131,6 +181,7 @@ def run_pytest_latency(work: Path, base: str, requests: int) -> tuple[dict[str, 
         "SIM_REQUESTS": str(requests),
         "SIM_TOKENS": str(TOKENS),
         "SIM_PROMPT": PROMPT,
+        "SIM_EXTRA": json.dumps(extra),
     }
     cmd = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -151,7 +202,7 @@ def run_pytest_latency(work: Path, base: str, requests: int) -> tuple[dict[str, 
 
 
 def run_aiperf(
-    work: Path, base: str, requests: int, venv: Path, index: int
+    work: Path, base: str, requests: int, venv: Path, index: int, extra: dict[str, Any]
 ) -> tuple[dict[str, Any], float, str]:
     artifacts = work / f"aiperf-{index}"
     cmd = [
@@ -163,6 +214,8 @@ def run_aiperf(
         "--use-server-token-count", "--use-legacy-max-tokens", "--no-server-metrics",
         "--no-gpu-telemetry", "--ui-type", "none", "--artifact-dir", str(artifacts),
     ]  # fmt: skip
+    if extra:
+        cmd += ["--extra-inputs", json.dumps(extra)]
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # see peers-offline.md
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
@@ -252,7 +305,11 @@ def main() -> int:
     ap.add_argument("--itl-ms", type=float, default=10.0, help="decode time per token")
     ap.add_argument("--peer-venv", type=Path, default=Path("/work/peer-venv"))
     ap.add_argument("--quick", action="store_true", help="1 round of 20 requests")
+    ap.add_argument(
+        "--server", choices=("sim", "llama"), default="sim", help="the simulator or llama-server"
+    )
     args = ap.parse_args()
+    llama = args.server == "llama"
     if args.quick:
         args.requests, args.rounds = 20, 1
     argv = " ".join(sys.argv[1:])
@@ -272,9 +329,30 @@ def main() -> int:
         .split()[0]
     )
     print(f"peer: AIPerf {version} from {args.peer_venv}")
-    proc, base = start_sim(args)
+    if llama:
+        server, base = start_llama()
+        stop = server.stop
+        print(f"server: llama-server {base} (tiny random-weight model; {LLAMA_EXTRA})")
+    else:
+        proc, base = start_sim(args)
+        stop = proc.terminate
+    extra = LLAMA_EXTRA if llama else {}
     results: list[tuple[str, int, dict[str, Any], dict[str, Any], float]] = []
+    # llama-server: its own mean prefill per request and decode per token during each tool's run.
+    server_means: list[tuple[str, int, float, float]] = []
     aiperf_cmd = ""
+
+    def truth_or_means(tool: str, i: int, before: dict[str, float]) -> dict[str, list[float]]:
+        if not llama:
+            return truth_of_run(http)
+        after = server_seconds(http)
+        requests = args.requests + 1  # the warm-up request is counted by the server too
+        prefill = (after["prompt_s"] - before["prompt_s"]) * 1000 / requests
+        decoded = after["decoded_tokens"] - before["decoded_tokens"]
+        decode = (after["decode_s"] - before["decode_s"]) * 1000 / decoded
+        server_means.append((tool, i, prefill, decode))
+        return {}
+
     try:
         with (
             tempfile.TemporaryDirectory(prefix="latency-peer-") as tmp,
@@ -291,20 +369,23 @@ def main() -> int:
             )  # fmt: skip
             line = {"text": PROMPT, "output_length": TOKENS}
             (work / "aiperf.jsonl").write_text(json.dumps(line) + "\n")
-            http.delete("/_sim/truth")
+            if not llama:
+                http.delete("/_sim/truth")
             for i in range(args.rounds):
-                measured, wall = run_pytest_latency(work, base, args.requests)
-                results.append(("pytest-latency", i, measured, truth_of_run(http), wall))
+                before = server_seconds(http) if llama else {}
+                measured, wall = run_pytest_latency(work, base, args.requests, extra)
+                truth = truth_or_means("pytest-latency", i, before)
+                results.append(("pytest-latency", i, measured, truth, wall))
                 print(f"round {i + 1}: pytest-latency done in {wall:.1f} s (load {load()})")
+                before = server_seconds(http) if llama else {}
                 measured, wall, aiperf_cmd = run_aiperf(
-                    work, base, args.requests, args.peer_venv, i
+                    work, base, args.requests, args.peer_venv, i, extra
                 )
-                results.append(("AIPerf", i, measured, truth_of_run(http), wall))
+                results.append(("AIPerf", i, measured, truth_or_means("AIPerf", i, before), wall))
                 print(f"round {i + 1}: AIPerf done in {wall:.1f} s (load {load()})")
-            parts = decompose(http, base, args.requests)
+            parts = {} if llama else decompose(http, base, args.requests)
     finally:
-        proc.terminate()
-        proc.wait()
+        stop()
 
     print(f"\nAIPerf command (WORK = the temp dir): {aiperf_cmd}")
     print(f"\nms; p50 / p90 / p99; truth = the server's own record of that run; load {load()}")
@@ -314,10 +395,13 @@ def main() -> int:
     offsets: dict[tuple[str, str], list[float]] = {}
     for metric in METRICS:
         for tool, i, measured, truth, _ in results:
-            m, t = measured[metric], pct_block(truth[metric])
+            m = measured[metric]
             cells_m = "/".join(f"{m[f'p{p:g}']:.2f}" for p in PCTS)
-            cells_t = "/".join(f"{t[f'p{p:g}']:.2f}" for p in PCTS)
-            off = m["p50"] - t["p50"]
+            cells_t, off = "(no truth)", float("nan")  # llama-server logs no per-event times
+            if truth:
+                t = pct_block(truth[metric])
+                cells_t = "/".join(f"{t[f'p{p:g}']:.2f}" for p in PCTS)
+                off = m["p50"] - t["p50"]
             p50s.setdefault((metric, tool), []).append(m["p50"])
             offsets.setdefault((metric, tool), []).append(off)
             print(f"{metric:5} {tool:15} {i + 1:3} {m['count']:5} {cells_m:>26} {cells_t:>26} "
@@ -333,11 +417,19 @@ def main() -> int:
         flag = "  > 2 %" if abs(theirs / ours - 1) > 0.02 else ""
         print(f"{metric:5} {ours:15.3f} {theirs:10.3f} {theirs / ours:12.4f} {o_off:+13.3f} "
               f"{a_off:+15.3f}{flag}")  # fmt: skip
-    print(f"\npytest-latency's offset decomposed ({args.requests} calls in this process, same "
-          "request; ms p50 / p90 / p99):")  # fmt: skip
-    for name, values in parts.items():
-        block = pct_block(values)
-        print(f"  {name:15} " + " / ".join(f"{block[f'p{p:g}']:.3f}" for p in PCTS))
+    if server_means:
+        print(
+            "\nllama-server's own means during each run (/metrics: prompt and predicted seconds):"
+        )
+        for tool, i, prefill, decode in server_means:
+            print(f"  {tool:15} round {i + 1}: prefill {prefill:.3f} ms per request, "
+                  f"decode {decode:.3f} ms per token")  # fmt: skip
+    if parts:
+        print(f"\npytest-latency's offset decomposed ({args.requests} calls in this process, same "
+              "request; ms p50 / p90 / p99):")  # fmt: skip
+        for name, values in parts.items():
+            block = pct_block(values)
+            print(f"  {name:15} " + " / ".join(f"{block[f'p{p:g}']:.3f}" for p in PCTS))
     walls = {
         tool: [w for t, _, _, _, w in results if t == tool] for tool in ("pytest-latency", "AIPerf")
     }

@@ -1,60 +1,42 @@
-"""Attribution: which test a captured call belongs to.
+"""Attribution: the one place a freshly started `WireRecord` is handed to.
 
-Owns the routing of a freshly started `WireRecord` to whoever is recording right now. The running
-test is found through a context variable (visible inside async tests, tasks and `contextvars`
--aware executors) and, for threads that do not inherit the context (`threading.Thread`,
-`ThreadPoolExecutor`), through a per-process fallback. Tests run one at a time per process, even
-under pytest-xdist, so the fallback is exact for threads started by the test body.
-
-The fallback is the one piece of process-wide state in the package, and it has to be: a plain
-thread carries no context and no reference to pytest's config. The plugin points it at an object
-it keeps in `config.stash` and clears it in `pytest_unconfigure`.
-Stdlib only; may import `wire`.
+Owns the process-wide sink that capture calls for every record it starts. It has to be process
+state: a call may start in a plain thread that carries no context and no reference to pytest's
+config. Tests run one at a time per process (under pytest-xdist too), so one sink that knows the
+running test attributes every call exactly, whichever thread, task or executor made it. The plugin
+installs its router in `pytest_configure` and removes it in `pytest_unconfigure`; outside a pytest
+session records go nowhere. Stdlib only; may import `wire`.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from pytest_latency.wire import WireRecord
+if TYPE_CHECKING:
+    from pytest_latency.wire import WireRecord
 
-Sink = Callable[[WireRecord], None]
-
-_current_sink: ContextVar[Sink | None] = ContextVar("pytest_latency_sink", default=None)
+Sink = Callable[["WireRecord"], None]
 
 
-@dataclass(slots=True)
-class _Fallback:
-    sink: Sink | None = None
+class _Installed:
+    # A plain class, not a dataclass: this module loads with the plugin in every pytest session.
+    __slots__ = ("sink",)
+
+    def __init__(self) -> None:
+        self.sink: Sink | None = None
 
 
-_process_fallback = _Fallback()
+_installed = _Installed()
 
 
 def route(record: WireRecord) -> None:
-    """Hand `record` to the current test's sink; with no test running it is dropped here only if
-    the plugin installed no fallback (i.e. outside a pytest session)."""
-    sink = _current_sink.get() or _process_fallback.sink
+    """Hand `record` to the installed sink (dropped only outside a pytest session)."""
+    sink = _installed.sink
     if sink is not None:
         sink(record)
 
 
-@contextlib.contextmanager
-def routing_to(sink: Sink) -> Iterator[None]:
-    """Route records started in this context (and in threads, via the fallback) to `sink`."""
-    token = _current_sink.set(sink)
-    previous = _process_fallback.sink
-    _process_fallback.sink = sink
-    try:
-        yield
-    finally:
-        _process_fallback.sink = previous
-        _current_sink.reset(token)
-
-
-def set_fallback(sink: Sink | None) -> None:
-    """Where records go when no test is running (session fixtures, collection); None to stop."""
-    _process_fallback.sink = sink
+def set_sink(sink: Sink | None) -> None:
+    """Install the sink every record goes to; None to stop."""
+    _installed.sink = sink

@@ -141,7 +141,8 @@ class _LagMonitor:
     def watch(self, record: WireRecord, loop: asyncio.AbstractEventLoop) -> None:
         if self.log is None:
             self.log = LoopLag(LAG_TICK_NS)
-            # An empty context: the task must not carry the test's attribution context along.
+            # An empty context: the monitor outlives the test that started it and must not keep
+            # that test's context variables (and what they reference) alive.
             contextvars.Context().run(loop.create_task, self._run(self.log))
         record.loop_lag = self.log
         self.inflight.append(record)

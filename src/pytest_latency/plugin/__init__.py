@@ -1,12 +1,15 @@
 """The pytest plugin (entry point ``latency``): the only part of the package that imports pytest.
 
 Nothing imports it. Its modules each own one thing: `_settings` (options and precedence),
-`_state` (stash keys and the values under them), `_sampling` (plans, the sample loop, verdicts),
-`_collector` (the controller-side summary and session gate), `_fixtures` (clients and recorder).
-This module wires them: pluggy finds the hooks and fixtures re-exported here. Per-test state lives
-in `item.stash`, run-wide state in `config.stash`; each test's measurements travel on its
-call-phase report as the plain-data attribute `pytest_latency`, which pytest-xdist forwards to the
-controller unchanged, so local and distributed runs share one code path.
+`_state` (stash keys and the values under them), `_routing` (which test a call belongs to),
+`_sampling` (plans, the sample loop, verdicts), `_collector` (the controller-side summary and
+session gate), `_fixtures` (clients and recorder), `_outputs` (files and CI outputs). This module
+wires them: pluggy finds the hooks and fixtures re-exported here, and `pytest_configure` registers
+the plugin objects that need the run's state (the tracker on every process, the sampler once a
+test has a plan, the collector on the controller). Per-test state lives in `item.stash`, run-wide
+state in `config.stash`; each test's measurements travel on its call-phase report as the
+plain-data attribute `pytest_latency`, which pytest-xdist forwards to the controller unchanged, so
+local and distributed runs share one code path.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pytest
 # Stateful modules are imported by their full name, never as `from pytest_latency import x`:
 # that form reuses a stale package attribute when the module was unloaded (pytester's in-process
 # runs do it), leaving the plugin and capture with two different attribution modules.
-from pytest_latency.attribution import set_fallback
+from pytest_latency.attribution import set_sink
 from pytest_latency.plugin import _outputs
 from pytest_latency.plugin._collector import LatencyCollector
 from pytest_latency.plugin._fixtures import (
@@ -29,14 +32,16 @@ from pytest_latency.plugin._fixtures import (
     llm_sim,
     openai_client,
 )
-from pytest_latency.plugin._sampling import (
-    pytest_make_collect_report,
-    pytest_pyfunc_call,
-    pytest_runtest_makereport,
-    pytest_runtest_protocol,
-)
+from pytest_latency.plugin._sampling import TestTracker, pytest_make_collect_report
 from pytest_latency.plugin._settings import MARKER_DESC, add_options, read_settings
-from pytest_latency.plugin._state import COLLECTOR_NAME, RUN_KEY, SETTINGS_KEY, RunState
+from pytest_latency.plugin._state import (
+    COLLECTOR_NAME,
+    RUN_KEY,
+    SAMPLER_NAME,
+    SETTINGS_KEY,
+    TRACKER_NAME,
+    RunState,
+)
 
 __all__ = [
     "anthropic_client",
@@ -50,10 +55,7 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_make_collect_report",
-    "pytest_pyfunc_call",
     "pytest_report_header",
-    "pytest_runtest_makereport",
-    "pytest_runtest_protocol",
     "pytest_unconfigure",
 ]
 
@@ -72,21 +74,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = settings
     run = RunState()
     config.stash[RUN_KEY] = run
-    # Calls made outside any test (session fixtures, collection) are kept, never dropped.
-    set_fallback(run.session_recording.sink)
+    run.router.text_limit = settings.capture_text
+    set_sink(run.router.route)
+    tracker = TestTracker(run.router)
+    config.pluginmanager.register(tracker, TRACKER_NAME)
     if settings.capture == "auto":
         from pytest_latency.capture import install_auto_capture
 
         run.uninstall_auto_capture = install_auto_capture(read_ahead=settings.read_ahead)
     if outputs is not None:
-        config.pluginmanager.register(LatencyCollector(run, settings, outputs), COLLECTOR_NAME)
+        collector = LatencyCollector(run, settings, outputs)
+        config.pluginmanager.register(collector, COLLECTOR_NAME)
+        tracker.on_test_data = collector.collect
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    set_fallback(None)
-    collector = config.pluginmanager.get_plugin(COLLECTOR_NAME)
-    if collector is not None:
-        config.pluginmanager.unregister(collector)
+    set_sink(None)
+    for name in (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME):
+        registered = config.pluginmanager.get_plugin(name)
+        if registered is not None:
+            config.pluginmanager.unregister(registered)
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return

@@ -1,8 +1,8 @@
 """The controller side: gather every test's data, judge the session, summarise, annotate.
 
 Owns `LatencyCollector`, a plugin object registered only on the controller (pytest's junitxml
-`LogXML` shape). Reports reach it from this process or, forwarded by pytest-xdist, from workers,
-in whatever order; each carries its test's data as a plain attribute. After the run loop it
+`LogXML` shape). Each test's data reaches it from the tracker's logreport hook, from this process
+or, forwarded by pytest-xdist, from workers, in whatever order. After the run loop it
 judges the `[session]` budgets over every kept call and fails the run on a miss.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
-from pytest_latency.plugin._state import REPORT_ATTRIBUTE, RunState, Settings
+from pytest_latency.plugin._state import RunState, Settings
 
 if TYPE_CHECKING:
     from pytest_latency.aggregate import Judgement
@@ -30,10 +30,8 @@ class LatencyCollector:
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._reported: set[str] = set()
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, REPORT_ATTRIBUTE, None)
-        if data is None or report.when != "call":
-            return
+    def collect(self, report: pytest.TestReport, data: dict[str, Any]) -> None:
+        """One test's data, from its call report (this process's or a worker's)."""
         from pytest_latency.aggregate import summarise
 
         data = {**data, "outcome": report.outcome}
@@ -97,7 +95,7 @@ class LatencyCollector:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        current = self._run.current
+        current = self._run.router.recording
         if current is not None and current.nodeid not in self._reported:
             # Ctrl-C inside a test: keep what it measured, marked as such.
             self._run.tests.append({**current.to_data(), "outcome": "interrupted"})

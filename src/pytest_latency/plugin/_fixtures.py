@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_latency.plugin._state import RECORDING_KEY, RUN_KEY, SETTINGS_KEY
-from pytest_latency.recording import LatencyRecorder, Recording
+from pytest_latency.plugin._state import RUN_KEY, SETTINGS_KEY
 
 if TYPE_CHECKING:
+    from pytest_latency.recording import LatencyRecorder
     from pytest_latency.sim import SimServer
 
 
@@ -29,11 +28,12 @@ def latency(request: pytest.FixtureRequest) -> LatencyRecorder:
     ``latency.record("ttft", 0.35)`` records a value measured by hand (seconds by default), and
     ``with latency.sample():`` marks one sample in a test that loops by itself.
     """
-    recording = request.node.stash.get(RECORDING_KEY, None)
-    if recording is None:  # the fixture used outside a test's protocol (e.g. by a plugin)
-        recording = Recording(request.node.nodeid)
-        request.node.stash[RECORDING_KEY] = recording
-    return LatencyRecorder(recording)
+    from pytest_latency.recording import LatencyRecorder, Recording
+
+    router = request.config.stash[RUN_KEY].router
+    recording = router.current() if router.nodeid == request.node.nodeid else None
+    # Outside the test's own run (a plugin asking for the fixture) it records, unreported.
+    return LatencyRecorder(recording or Recording(request.node.nodeid))
 
 
 def sim_server(config: pytest.Config) -> SimServer:
@@ -55,8 +55,7 @@ def _instrument(client: Any, *, read_ahead: bool) -> Any:
     return instrument(client, read_ahead=read_ahead)
 
 
-@dataclass(frozen=True, slots=True)
-class _Endpoint:
+class _Endpoint(NamedTuple):  # not a dataclass: see the Settings class in `_state`
     base_url: str | None
     api_key: str | None
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -28,8 +27,7 @@ BASELINE_DESC = (
 TOLERANCE_DESC = "Relative change a baseline regression must exceed (default 10%%)"
 
 
-@dataclass(frozen=True, slots=True)
-class Outputs:
+class Outputs(NamedTuple):  # not a dataclass: see the Settings class in `_state`
     json: Path | None = None
     report: Path | None = None
     markdown: Path | None = None

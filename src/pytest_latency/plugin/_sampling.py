@@ -9,30 +9,27 @@ missed budget. Its measurements ride on the call report as plain data.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_latency.attribution import Sink, routing_to  # by full name: see plugin/__init__.py
 from pytest_latency.plugin._state import (
     PLAN_KEY,
-    PLUGIN_NAME,
-    RECORDING_KEY,
     REPORT_ATTRIBUTE,
     RUN_KEY,
+    SAMPLER_NAME,
     SETTINGS_KEY,
     SamplingPlan,
     Settings,
 )
 from pytest_latency.policies import effective_policy
-from pytest_latency.recording import Recording
-from pytest_latency.wire import WireRecord
 
 if TYPE_CHECKING:
     from pytest_latency.aggregate import Judgement
     from pytest_latency.budgets import Expectation
+    from pytest_latency.plugin._routing import Router
+    from pytest_latency.recording import Recording
 
 # The statistics, the budget grammar and the diagnosis are imported where a test needs them, not
 # at plugin load: pytest loads the plugin in every session of the environment.
@@ -101,12 +98,19 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     settings = collector.config.stash.get(SETTINGS_KEY, None)
     if not report.passed or settings is None:
         return report
-    items = [node for node in report.result if isinstance(node, pytest.Item)]
-    if settings.budget_file is None and not any(i.get_closest_marker("latency") for i in items):
+    if settings.budget_file is None and not any(
+        # `keywords` holds the marker names of a node and its parents: a dict lookup per level,
+        # where get_closest_marker builds generators and isinstance(node, Item) goes through
+        # ABCMeta (this runs for every collected test). A false positive (a test merely named
+        # "latency", a class) costs only the exact check below.
+        "latency" in node.keywords
+        for node in report.result
+    ):
         return report  # nothing to plan: no budgets file, no latency marker
     from pytest_latency.budgets import BudgetError
 
     problems: list[str] = []
+    config = collector.config
     for node in report.result:
         if not isinstance(node, pytest.Item):
             continue
@@ -117,6 +121,10 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
             continue
         if plan is not None:
             node.stash[PLAN_KEY] = plan
+            router = config.stash[RUN_KEY].router
+            router.planned.add(node.nodeid)
+            if config.pluginmanager.get_plugin(SAMPLER_NAME) is None:
+                config.pluginmanager.register(Sampler(router, settings), SAMPLER_NAME)
     if problems:
         report.outcome = "failed"
         report.longrepr = "\n".join(["pytest-latency: invalid latency marker", *problems])
@@ -125,126 +133,158 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 
 
 # ---- running a test ------------------------------------------------------------------------------
+#
+# Every test of the suite pays for `TestTracker`'s hooks, LLM calls or not, so they do no more
+# than they must until a test makes its first call; `Sampler`'s hooks are registered only once a
+# test has a sampling plan. (benchmarks/bench_unused_plugin.py measures what they cost.)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    recording = Recording(item.nodeid)
-    item.stash[RECORDING_KEY] = recording
-    run = item.config.stash.get(RUN_KEY, None)
-    if run is not None:
-        run.current = recording
-    settings = item.config.stash.get(SETTINGS_KEY, None)
-    sink: Sink = recording.sink
-    if settings is not None and settings.capture_text > 0:
-        sink = _keeping_text(recording, settings.capture_text)
-    with routing_to(sink):
-        result = yield
-    if run is not None:
-        run.current = None
-    return result
+class TestTracker:
+    """Tells the router which test runs now, hands an unplanned test's data to its call report,
+    and passes every test's data on to `on_test_data` (the controller's collector). A plugin
+    object registered per config: pytest's logstart and logreport hooks receive no config, and a
+    pytest-xdist controller receives its workers' reports through them."""
+
+    __test__ = False  # not a test class, whatever pytest's collection patterns say
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+        self.on_test_data: Callable[[pytest.TestReport, dict[str, Any]], None] | None = None
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        # Before setup: calls made by the test's fixtures are the test's too.
+        self._router.start(nodeid)
+
+    # First: the data must be on the report before pytest-xdist forwards it or anyone reads it.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        router = self._router
+        when = report.when
+        if when == "call":
+            # Already there: the sampler's (a planned test) or a worker's (on an xdist controller).
+            data = getattr(report, REPORT_ATTRIBUTE, None)
+            if data is None and not (router.planned and report.nodeid in router.planned):
+                router.end_plain_run()
+                recording = router.recording
+                if recording is not None and (recording.entries or recording.manual):
+                    data = _test_data(recording, report)
+                    _diagnose(data)
+                    setattr(report, REPORT_ATTRIBUTE, data)
+            if data is not None and self.on_test_data is not None:
+                self.on_test_data(report, data)
+        elif when == "setup":
+            # Fixtures are set up and the body comes next: an unplanned test's calls are sample 0.
+            if report.passed and not (router.planned and report.nodeid in router.planned):
+                router.begin_plain_run()
+        else:
+            router.finish()
 
 
-def _keeping_text(recording: Recording, limit: int) -> Sink:
-    """`recording.sink`, allowing `metrics` to keep `limit` characters of each call's text."""
+class Sampler:
+    """The hooks of tests with a sampling plan: the sample loop and the verdict."""
 
-    def sink(record: WireRecord) -> None:
-        record.text_limit = limit
-        recording.sink(record)
+    def __init__(self, router: Router, settings: Settings) -> None:
+        self._router = router
+        self._settings = settings
 
-    return sink
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        plan = pyfuncitem.stash.get(PLAN_KEY, None)
+        if plan is None:
+            return None
+        router = self._router
+        if router.nodeid != pyfuncitem.nodeid:  # run by a plugin that skipped pytest's logstart
+            router.start(pyfuncitem.nodeid)
+        recording = router.current()
+        assert recording is not None  # router.nodeid is set
+        # Every other implementation (pytest's own, pytest-asyncio's, anyio's) runs once per
+        # sample; fixtures stay set up across samples, like pytest-benchmark's rounds.
+        manager = pyfuncitem.config.pluginmanager
+        call_body = manager.subset_hook_caller("pytest_pyfunc_call", remove_plugins=[self])
 
+        def run_samples(count: int, *, warmup: bool) -> None:
+            for _ in range(count):
+                recording.begin_sample(warmup=warmup)
+                try:
+                    call_body(pyfuncitem=pyfuncitem)
+                finally:
+                    recording.end_sample()
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    recording = pyfuncitem.stash.get(RECORDING_KEY, None)
-    if recording is None:
-        return None
-    plan = pyfuncitem.stash.get(PLAN_KEY, None)
-    if plan is None:
-        # One plain run, by pytest's own implementation: its calls are sample 0 (not fixture
-        # calls). The sample ends in the call phase's makereport, which follows the body.
-        recording.begin_sample(warmup=False)
-        return None
-    # Every other implementation (pytest's own, pytest-asyncio's, anyio's) runs once per sample;
-    # fixtures stay set up across samples, like pytest-benchmark's rounds.
-    manager = pyfuncitem.config.pluginmanager
-    this_plugin = manager.get_plugin(PLUGIN_NAME) or sys.modules["pytest_latency.plugin"]
-    call_body = manager.subset_hook_caller("pytest_pyfunc_call", remove_plugins=[this_plugin])
-
-    def run(count: int, *, warmup: bool) -> None:
-        for _ in range(count):
-            recording.begin_sample(warmup=warmup)
-            try:
-                call_body(pyfuncitem=pyfuncitem)
-            finally:
-                recording.end_sample()
-
-    run(plan.warmup, warmup=True)
-    run(plan.samples, warmup=False)
-    # Sequential sampling: an interval that straddles the budget narrows with n; draw more
-    # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
-    if not plan.budgeted or plan.max_samples <= plan.samples:
-        return True
-    from pytest_latency.aggregate import confidence_for_looks, judge
-
-    confidence = confidence_for_looks(plan.looks)
-    flagged = pyfuncitem.config.stash[SETTINGS_KEY].flagged
-    while recording.samples_run < plan.max_samples:
-        verdicts = judge(
-            plan.expectations, recording.to_data(), confidence=confidence, flagged=flagged
-        )
-        if not any(j.verdict == "inconclusive" for j in verdicts):
-            break
-        run(min(recording.samples_run, plan.max_samples - recording.samples_run), warmup=False)
-    return True
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    recording = item.stash.get(RECORDING_KEY, None)
-    if call.when != "call" or recording is None:
-        return report
-    plan = item.stash.get(PLAN_KEY, None)
-    if plan is None:
-        recording.end_sample()
-    if plan is None and not recording.entries and not recording.manual:
-        return report  # a test that measured nothing and is held to nothing
-    data = recording.to_data()
-    data["location"] = [report.location[0], report.location[1]]
-    if plan is not None and plan.budgeted:
+        run_samples(plan.warmup, warmup=True)
+        run_samples(plan.samples, warmup=False)
+        # Sequential sampling: an interval that straddles the budget narrows with n; draw more
+        # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
+        if not plan.budgeted or plan.max_samples <= plan.samples:
+            return True
         from pytest_latency.aggregate import confidence_for_looks, judge
 
-        policy = effective_policy(
-            item.config.stash[SETTINGS_KEY].policy,
-            sampled_sequentially=plan.max_samples > plan.samples,
-        )
         confidence = confidence_for_looks(plan.looks)
-        judgements = judge(
-            plan.expectations,
-            data,
-            policy=policy,
-            confidence=confidence,
-            flagged=item.config.stash[SETTINGS_KEY].flagged,
-        )
-        data["confidence"] = confidence
-        data["budgets"] = [j.to_dict() for j in judgements]
-        data["policy"] = policy
-        data["flagged_policy"] = item.config.stash[SETTINGS_KEY].flagged
-        _record_properties(item, report, judgements)
-        if report.passed:
-            _fail_on_misses(report, judgements, data)
+        while recording.samples_run < plan.max_samples:
+            verdicts = judge(
+                plan.expectations,
+                recording.to_data(),
+                confidence=confidence,
+                flagged=self._settings.flagged,
+            )
+            if not any(j.verdict == "inconclusive" for j in verdicts):
+                break
+            more = min(recording.samples_run, plan.max_samples - recording.samples_run)
+            run_samples(more, warmup=False)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        plan = item.stash.get(PLAN_KEY, None)
+        if call.when != "call" or plan is None:
+            return report
+        router = self._router
+        recording = router.recording if router.nodeid == item.nodeid else None
+        if recording is None:  # a planned test whose body made no call: its (empty) samples
+            from pytest_latency.recording import Recording
+
+            recording = Recording(item.nodeid)
+        data = _test_data(recording, report)
+        if plan.budgeted:
+            from pytest_latency.aggregate import confidence_for_looks, judge
+
+            policy = effective_policy(
+                self._settings.policy, sampled_sequentially=plan.max_samples > plan.samples
+            )
+            confidence = confidence_for_looks(plan.looks)
+            judgements = judge(
+                plan.expectations,
+                data,
+                policy=policy,
+                confidence=confidence,
+                flagged=self._settings.flagged,
+            )
+            data["confidence"] = confidence
+            data["budgets"] = [j.to_dict() for j in judgements]
+            data["policy"] = policy
+            data["flagged_policy"] = self._settings.flagged
+            _record_properties(item, report, judgements)
+            if report.passed:
+                _fail_on_misses(report, judgements, data)
+        _diagnose(data)  # after the budgets: `too_few_samples` reads them
+        setattr(report, REPORT_ATTRIBUTE, data)
+        return report
+
+
+def _test_data(recording: Recording, report: pytest.TestReport) -> dict[str, Any]:
+    """What a test's call report carries: its recording as plain data and where the test is."""
+    data = recording.to_data()
+    data["location"] = [report.location[0], report.location[1]]
+    return data
+
+
+def _diagnose(data: dict[str, Any]) -> None:
     if data["calls"]:
         from pytest_latency import diagnose
 
-        # After the budgets: `too_few_samples` reads them.
         data["findings"] = diagnose.findings_for_test(data)
-    if data["calls"] or data["manual"] or plan is not None:
-        setattr(report, REPORT_ATTRIBUTE, data)
-    return report
 
 
 def _record_properties(

@@ -1,30 +1,36 @@
 """Plugin state: the stash keys and the values kept under them.
 
 Owns the shapes of everything the plugin remembers between hooks: resolved settings, each test's
-sampling plan and live recording, and the run-wide state. Nothing here runs hooks.
+sampling plan, and the run-wide state. Nothing here runs hooks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_latency.recording import Recording
+from pytest_latency.plugin._routing import Router
 
 if TYPE_CHECKING:
-    from pytest_latency.aggregate import TestSummary
+    from collections.abc import Callable
+
+    from pytest_latency.aggregate import Judgement, TestSummary
     from pytest_latency.budgets import BudgetFile, Expectation
     from pytest_latency.sim import SimServer
 
 REPORT_ATTRIBUTE = "pytest_latency"
 COLLECTOR_NAME = "latency-collector"
-PLUGIN_NAME = "latency"  # the pytest11 entry point's name
+TRACKER_NAME = "latency-tracker"
+SAMPLER_NAME = "latency-sampler"
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+# NamedTuples and plain classes, not dataclasses: pytest imports this module in every session of
+# an environment where the plugin is installed, and a frozen dataclass costs ~1 ms to define
+# (it compiles its methods), a NamedTuple ~0.1 ms (benchmarks/bench_unused_plugin.py).
+
+
+class Settings(NamedTuple):
     capture: str
     sim_preset: str | None
     anthropic_base_url: str | None
@@ -40,8 +46,7 @@ class Settings:
     capture_text: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class SamplingPlan:
+class SamplingPlan(NamedTuple):
     """How a test is sampled and judged: its marker overlaid on the budgets file's rules."""
 
     expectations: tuple[Expectation, ...]
@@ -64,23 +69,33 @@ class SamplingPlan:
         return looks
 
 
-@dataclass(slots=True)
 class RunState:
     """Run-wide state: on the controller, every test's data in arrival order (xdist interleaves)."""
 
-    tests: list[dict[str, Any]] = field(default_factory=list)
-    summaries: list[TestSummary] = field(default_factory=list)
-    session_recording: Recording = field(default_factory=lambda: Recording("<session>"))
-    uninstall_auto_capture: Any = None
-    sim: SimServer | None = None
-    session_judgements: list[Any] = field(default_factory=list)
-    # The test running now in this process: an interrupted run still reports what it measured.
-    current: Recording | None = None
-    written: list[str] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)
+    __slots__ = (
+        "regressions",
+        "router",
+        "session_judgements",
+        "sim",
+        "summaries",
+        "tests",
+        "uninstall_auto_capture",
+        "written",
+    )
+
+    def __init__(self) -> None:
+        self.tests: list[dict[str, Any]] = []
+        self.summaries: list[TestSummary] = []
+        # The test running in this process and its recording: an interrupted run still reports
+        # what that test measured.
+        self.router = Router()
+        self.uninstall_auto_capture: Callable[[], None] | None = None
+        self.sim: SimServer | None = None
+        self.session_judgements: list[Judgement] = []
+        self.written: list[str] = []
+        self.regressions: list[str] = []
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RUN_KEY = pytest.StashKey[RunState]()
 PLAN_KEY = pytest.StashKey[SamplingPlan]()
-RECORDING_KEY = pytest.StashKey[Recording]()

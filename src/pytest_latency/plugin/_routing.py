@@ -1,0 +1,93 @@
+"""Routing: which recording a captured call belongs to right now.
+
+Owns `Router`, the one sink capture's records reach (through `attribution`). Tests run one at a
+time per process, under pytest-xdist too, so "the test running now" is a single value: the hooks
+set it when a test starts and clear it when it ends, and every call started in between, from any
+thread, task or executor, belongs to that test. Calls outside any test (collection, session
+start) go to the session's own recording.
+
+A test's `Recording` is created on its first call, not when it starts: most tests of a suite
+never call an LLM, and pytest loads the plugin for all of them (`recording` itself loads with
+the first call). May import `recording` and `wire`; never pytest.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_latency.recording import Recording
+    from pytest_latency.wire import WireRecord
+
+
+class Router:
+    __slots__ = (
+        "_lock",
+        "_session",
+        "body_running",
+        "nodeid",
+        "planned",
+        "recording",
+        "text_limit",
+    )
+
+    def __init__(self) -> None:
+        self._session: Recording | None = None  # calls outside any test, once there is one
+        self.nodeid: str | None = None  # the test running now
+        self.recording: Recording | None = None  # its recording, once it has one
+        # An unplanned test's body is running: its calls are sample 0, not fixture calls.
+        self.body_running = False
+        self.text_limit = 0  # `--latency-capture-text`: characters of text kept per call
+        # Tests with a sampling plan: their samples are the sample loop's, not a plain run's.
+        self.planned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def route(self, record: WireRecord) -> None:
+        """The sink: hand `record` to the running test, or to the session outside tests."""
+        if self.text_limit:
+            record.text_limit = self.text_limit
+        (self.current() or self._outside_tests()).sink(record)
+
+    def start(self, nodeid: str) -> None:
+        self.nodeid, self.recording, self.body_running = nodeid, None, False
+
+    def finish(self) -> None:
+        self.nodeid, self.recording, self.body_running = None, None, False
+
+    def current(self) -> Recording | None:
+        """The running test's recording, created on first use; None between tests."""
+        recording = self.recording
+        if recording is not None or self.nodeid is None:
+            return recording
+        # Two threads of one test may make their first calls at once: one recording, not two.
+        with self._lock:
+            if self.recording is None and self.nodeid is not None:
+                from pytest_latency.recording import Recording
+
+                created = Recording(self.nodeid)
+                if self.body_running:
+                    created.begin_sample(warmup=False)
+                self.recording = created
+            return self.recording
+
+    def _outside_tests(self) -> Recording:
+        with self._lock:
+            if self._session is None:
+                from pytest_latency.recording import Recording
+
+                self._session = Recording("<session>")
+            return self._session
+
+    def begin_plain_run(self) -> None:
+        """An unplanned test's body starts: sample 0 (of a recording made now or later)."""
+        with self._lock:
+            self.body_running = True
+            if self.recording is not None:
+                self.recording.begin_sample(warmup=False)
+
+    def end_plain_run(self) -> None:
+        with self._lock:
+            self.body_running = False
+            if self.recording is not None:
+                self.recording.end_sample()
