@@ -46,6 +46,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -171,9 +172,22 @@ def server_seconds(http: httpx2.Client) -> dict[str, float]:
     return out
 
 
+def timed(
+    cmd: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run a tool: its result, wall seconds, and CPU seconds of it and all its processes."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return done, wall, cpu
+
+
 def run_pytest_latency(
     work: Path, base: str, requests: int, extra: dict[str, Any]
-) -> tuple[dict[str, Any], float]:
+) -> tuple[dict[str, Any], float, float]:
     out = work / "latency.json"
     env = {
         **os.environ,
@@ -187,23 +201,25 @@ def run_pytest_latency(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
         f"--latency-json={out}", "test_peer.py",
     ]  # fmt: skip
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    done, wall, cpu = timed(cmd, work, env)
     if done.returncode != 0:
         raise SystemExit(f"pytest failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
     metrics = json.loads(out.read_text())["tests"][0]["metrics"]
     # µs in the result file; ms here. Keys as in AIPerf's export for one table.
-    return {
-        name: {f"p{p:g}": metrics[name][f"p{p:g}"] / 1000 for p in PCTS}
-        | {"count": metrics[name]["count"]}
-        for name in METRICS
-    }, wall
+    return (
+        {
+            name: {f"p{p:g}": metrics[name][f"p{p:g}"] / 1000 for p in PCTS}
+            | {"count": metrics[name]["count"], "mean": metrics[name]["mean"] / 1000}
+            for name in METRICS
+        },
+        wall,
+        cpu,
+    )
 
 
 def run_aiperf(
     work: Path, base: str, requests: int, venv: Path, index: int, extra: dict[str, Any]
-) -> tuple[dict[str, Any], float, str]:
+) -> tuple[dict[str, Any], float, float, str]:
     artifacts = work / f"aiperf-{index}"
     cmd = [
         str(venv / "bin" / "aiperf"), "profile", "--model", "m", "--url", base,
@@ -217,9 +233,7 @@ def run_aiperf(
     if extra:
         cmd += ["--extra-inputs", json.dumps(extra)]
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # see peers-offline.md
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    done, wall, cpu = timed(cmd, work, env)
     export = artifacts / "profile_export_aiperf.json"
     if done.returncode != 0 or not export.exists():
         raise SystemExit(f"aiperf failed ({done.returncode}):\n{done.stdout[-3000:]}")
@@ -235,7 +249,8 @@ def run_aiperf(
         for a in ["aiperf", *cmd[1:]]  # for the docs
     ).replace(str(work), "WORK")
     out = {
-        ours: {f"p{p:g}": data[theirs][f"p{p:g}"] for p in PCTS} | {"count": data[theirs]["count"]}
+        ours: {f"p{p:g}": data[theirs][f"p{p:g}"] for p in PCTS}
+        | {"count": data[theirs]["count"], "mean": data[theirs]["avg"]}
         for ours, theirs in names.items()
     }
     # AIPerf has no single ttfb: its k6-style phases sending + waiting end at the response headers.
@@ -247,7 +262,7 @@ def run_aiperf(
         m = record["metrics"]
         ttfb.append(m["http_req_sending"]["value"] + m["http_req_waiting"]["value"])
     out["ttfb"] = pct_block(ttfb)
-    return out, wall, short
+    return out, wall, cpu, short
 
 
 def decompose(http: httpx2.Client, base: str, requests: int) -> dict[str, list[float]]:
@@ -294,8 +309,16 @@ def decompose(http: httpx2.Client, base: str, requests: int) -> dict[str, list[f
     return out
 
 
+def signed(value: float, width: int) -> str:
+    """A signed difference, or a dash where there is no truth to differ from (NaN)."""
+    return f"{value:+{width}.3f}" if value == value else f"{'—':>{width}}"
+
+
 def pct_block(values: list[float]) -> dict[str, float]:
-    return {f"p{p:g}": percentile(values, p) for p in PCTS} | {"count": len(values)}
+    return {f"p{p:g}": percentile(values, p) for p in PCTS} | {
+        "count": len(values),
+        "mean": sum(values) / len(values),
+    }
 
 
 def main() -> int:
@@ -338,20 +361,33 @@ def main() -> int:
         stop = proc.terminate
     extra = LLAMA_EXTRA if llama else {}
     results: list[tuple[str, int, dict[str, Any], dict[str, Any], float]] = []
-    # llama-server: its own mean prefill per request and decode per token during each tool's run.
-    server_means: list[tuple[str, int, float, float]] = []
+    # Per tool run: its CPU seconds (all its processes) and, on llama-server, the server's own
+    # mean prefill per request and decode per token during that run.
+    run_costs: list[str] = []
     aiperf_cmd = ""
 
-    def truth_or_means(tool: str, i: int, before: dict[str, float]) -> dict[str, list[float]]:
-        if not llama:
-            return truth_of_run(http)
-        after = server_seconds(http)
-        requests = args.requests + 1  # the warm-up request is counted by the server too
-        prefill = (after["prompt_s"] - before["prompt_s"]) * 1000 / requests
-        decoded = after["decoded_tokens"] - before["decoded_tokens"]
-        decode = (after["decode_s"] - before["decode_s"]) * 1000 / decoded
-        server_means.append((tool, i, prefill, decode))
-        return {}
+    def finish_run(
+        tool: str, i: int, measured: dict[str, Any], wall: float, cpu: float,
+        before: dict[str, float],
+    ) -> None:  # fmt: skip
+        truth: dict[str, list[float]] = {}
+        line = f"  {tool:15} round {i + 1}: client CPU {cpu:.2f} s in {wall:.1f} s wall"
+        if llama:
+            after = server_seconds(http)
+            requests = args.requests + 1  # the server counts the warm-up request too
+            prefill = (after["prompt_s"] - before["prompt_s"]) * 1000 / requests
+            decoded = after["decoded_tokens"] - before["decoded_tokens"]
+            decode = (after["decode_s"] - before["decode_s"]) * 1000 / decoded
+            line += (
+                f"; server prefill {prefill:.3f} ms/request, decode {decode:.3f} ms/token; "
+                f"tool mean ttft − prefill {measured['ttft']['mean'] - prefill:+.3f} ms, "
+                f"mean tpot − decode {measured['tpot']['mean'] - decode:+.3f} ms"
+            )
+        else:
+            truth = truth_of_run(http)
+        run_costs.append(line)
+        results.append((tool, i, measured, truth, wall))
+        print(f"round {i + 1}: {tool} done in {wall:.1f} s (load {load()})")
 
     try:
         with (
@@ -373,16 +409,13 @@ def main() -> int:
                 http.delete("/_sim/truth")
             for i in range(args.rounds):
                 before = server_seconds(http) if llama else {}
-                measured, wall = run_pytest_latency(work, base, args.requests, extra)
-                truth = truth_or_means("pytest-latency", i, before)
-                results.append(("pytest-latency", i, measured, truth, wall))
-                print(f"round {i + 1}: pytest-latency done in {wall:.1f} s (load {load()})")
+                measured, wall, cpu = run_pytest_latency(work, base, args.requests, extra)
+                finish_run("pytest-latency", i, measured, wall, cpu, before)
                 before = server_seconds(http) if llama else {}
-                measured, wall, aiperf_cmd = run_aiperf(
+                measured, wall, cpu, aiperf_cmd = run_aiperf(
                     work, base, args.requests, args.peer_venv, i, extra
                 )
-                results.append(("AIPerf", i, measured, truth_or_means("AIPerf", i, before), wall))
-                print(f"round {i + 1}: AIPerf done in {wall:.1f} s (load {load()})")
+                finish_run("AIPerf", i, measured, wall, cpu, before)
             parts = {} if llama else decompose(http, base, args.requests)
     finally:
         stop()
@@ -405,7 +438,7 @@ def main() -> int:
             p50s.setdefault((metric, tool), []).append(m["p50"])
             offsets.setdefault((metric, tool), []).append(off)
             print(f"{metric:5} {tool:15} {i + 1:3} {m['count']:5} {cells_m:>26} {cells_t:>26} "
-                  f"{off:+17.3f}")  # fmt: skip
+                  f"{signed(off, 17)}")  # fmt: skip
     print("\nside by side (mean over rounds of each p50):")
     print(f"{'metric':5} {'pytest-latency':>15} {'AIPerf':>10} {'AIPerf/ours':>12} "
           f"{'ours − truth':>13} {'AIPerf − truth':>15}")  # fmt: skip
@@ -415,15 +448,10 @@ def main() -> int:
         o_off = sum(offsets[(metric, "pytest-latency")]) / args.rounds
         a_off = sum(offsets[(metric, "AIPerf")]) / args.rounds
         flag = "  > 2 %" if abs(theirs / ours - 1) > 0.02 else ""
-        print(f"{metric:5} {ours:15.3f} {theirs:10.3f} {theirs / ours:12.4f} {o_off:+13.3f} "
-              f"{a_off:+15.3f}{flag}")  # fmt: skip
-    if server_means:
-        print(
-            "\nllama-server's own means during each run (/metrics: prompt and predicted seconds):"
-        )
-        for tool, i, prefill, decode in server_means:
-            print(f"  {tool:15} round {i + 1}: prefill {prefill:.3f} ms per request, "
-                  f"decode {decode:.3f} ms per token")  # fmt: skip
+        print(f"{metric:5} {ours:15.3f} {theirs:10.3f} {theirs / ours:12.4f} "
+              f"{signed(o_off, 13)} {signed(a_off, 15)}{flag}")  # fmt: skip
+    print("\neach tool run" + (" (server: llama-server's /metrics counters)" if llama else ""))
+    print("\n".join(run_costs))
     if parts:
         print(f"\npytest-latency's offset decomposed ({args.requests} calls in this process, same "
               "request; ms p50 / p90 / p99):")  # fmt: skip
