@@ -224,3 +224,58 @@ def test_serial_and_distributed_runs_aggregate_identically(tester: pytest.Pytest
     assert _deterministic(runs["0"]) == _deterministic(runs["4"])
     ttft = [runs[w]["session"]["metrics"]["ttft"]["count"] for w in runs]
     assert ttft == [12, 12]
+
+
+LATE_CALLS = """
+import pytest
+
+PROMPT = [{"role": "user", "content": "hi"}]
+
+
+def ask(client):
+    client.messages.create(model="claude-test", max_tokens=16, messages=PROMPT)
+
+
+@pytest.fixture
+def cleanup_call(anthropic_client):
+    yield
+    ask(anthropic_client)
+
+
+@pytest.fixture
+def broken(anthropic_client):
+    ask(anthropic_client)
+    raise RuntimeError("setup fails after a call")
+
+
+def test_body_and_teardown(anthropic_client, cleanup_call):
+    ask(anthropic_client)
+
+
+def test_teardown_only(cleanup_call):
+    pass
+
+
+def test_setup_fails(broken):
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_calls_made_after_the_call_report_are_kept(pytester: pytest.Pytester, workers: str) -> None:
+    # Fixture teardown runs after the call report has gone (to the controller, under xdist);
+    # a failed setup has no call report at all. Their calls ride on the teardown report.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_late=LATE_CALLS)
+    result = pytester.runpytest("-n", workers, "--latency-sim=instant", "--latency-json=r.json")
+    result.assert_outcomes(passed=2, errors=1)
+    data = _load(pytester.path / "r.json")
+    tests = {t["nodeid"].split("::")[-1]: t for t in data["tests"]}
+    counts = {name: (t["call_count"], t["fixture_call_count"]) for name, t in tests.items()}
+    assert counts == {
+        "test_body_and_teardown": (1, 1),
+        "test_teardown_only": (0, 1),
+        "test_setup_fails": (0, 1),
+    }
+    assert tests["test_setup_fails"]["outcome"] == "failed"
+    assert data["session"]["call_count"] == 1  # the body's: fixture calls are never pooled

@@ -23,8 +23,8 @@ from pytest_latency.wire import WireRecord
 if TYPE_CHECKING:
     from pytest_latency.metrics import CallMetrics
 
-# Sample index of attempts started outside the test body (fixture setup and teardown): kept, shown,
-# never budgeted.
+# Sample index of attempts started outside the test body (fixture setup and teardown): kept and
+# counted (the result file's fixture_call_count), never budgeted.
 OUTSIDE = -1
 
 
@@ -90,6 +90,10 @@ class Recording:
     warmup: bool = False
     samples_run: int = 0
     warmups_run: int = 0
+    # Entries and manual values a report has carried already: what comes after the call report
+    # (fixture teardown) travels on the teardown report.
+    reported: int = 0
+    reported_manual: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sink(self, record: WireRecord) -> None:
@@ -119,16 +123,18 @@ class Recording:
         sample = self.sample if self.sample != OUTSIDE else max(self.samples_run - 1, 0)
         self.manual.append((sample, self.warmup, metric, float(value)))
 
-    def calls(self) -> list[Call]:
-        """Group attempts into calls: attempt n > 0 belongs to the latest call to the same URL
-        with the same request body whose last attempt is n − 1 (the SDKs resend the same bytes)."""
-        if not self.entries:
+    def calls(self, entries: list[_Entry] | None = None) -> list[Call]:
+        """Group attempts (of `entries`, default all) into calls: attempt n > 0 belongs to the
+        latest call to the same URL with the same request body whose last attempt is n − 1 (the
+        SDKs resend the same bytes)."""
+        entries = list(self.entries) if entries is None else entries
+        if not entries:
             return []
         from pytest_latency.metrics import call_metrics
 
         calls: list[list[tuple[_Entry, CallMetrics]]] = []
         open_by_key: dict[tuple[str, bytes], list[int]] = {}
-        for entry in list(self.entries):
+        for entry in entries:
             record = entry.record
             key = (record.url, hashlib.blake2b(record.request_body, digest_size=16).digest())
             metrics = call_metrics(record)
@@ -154,12 +160,30 @@ class Recording:
 
     def to_data(self) -> dict[str, Any]:
         """Plain data for the test report: what the controller aggregates and the files keep."""
+        return self._data(list(self.entries), self.manual)
+
+    @property
+    def unreported(self) -> bool:
+        return len(self.entries) > self.reported or len(self.manual) > self.reported_manual
+
+    def report_data(self) -> dict[str, Any]:
+        """`to_data()` of what no report has carried yet (everything, the first time); from now
+        on it counts as reported."""
+        entries = self.entries[self.reported :]  # copies: threads may still append
+        manual = self.manual[self.reported_manual :]
+        self.reported += len(entries)
+        self.reported_manual += len(manual)
+        return self._data(entries, manual)
+
+    def _data(
+        self, entries: list[_Entry], manual: list[tuple[int, bool, str, float]]
+    ) -> dict[str, Any]:
         return {
             "nodeid": self.nodeid,
             "samples": self.samples_run,
             "warmup": self.warmups_run,
-            "calls": [c.to_dict() for c in self.calls()],
-            "manual": [list(m) for m in self.manual],
+            "calls": [c.to_dict() for c in self.calls(entries)],
+            "manual": [list(m) for m in manual],
         }
 
 

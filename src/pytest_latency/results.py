@@ -32,7 +32,7 @@ from pytest_latency.aggregate import cache_read_ratio, error_counts, kept_calls,
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.histogram import BucketCounts, LatencyHistogram, record_values
 from pytest_latency.metrics import CallMetrics
-from pytest_latency.recording import Call
+from pytest_latency.recording import OUTSIDE, Call
 
 __all__ = [
     "OTEL",
@@ -497,6 +497,8 @@ def _test_entry(
         "samples": samples,
         "warmup": int(data.get("warmup", 0)),
         "call_count": len(calls),
+        # Calls the test's fixtures made (setup, teardown): counted here, never pooled.
+        "fixture_call_count": sum(1 for c in data.get("calls", ()) if c["sample"] == OUTSIDE),
         "error_count": len(finals) - len(ok),
         "retries": sum(c.retries for c in calls),
         "calls_per_sample": per_sample,

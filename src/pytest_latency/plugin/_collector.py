@@ -29,15 +29,32 @@ class LatencyCollector:
         self._outputs = outputs
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._reported: set[str] = set()
+        self._position: dict[str, int] = {}  # nodeid → its index in the run's tests
 
     def collect(self, report: pytest.TestReport, data: dict[str, Any]) -> None:
-        """One test's data, from its call report (this process's or a worker's)."""
+        """One test's data, from its call report or, for calls made after it, its teardown
+        report (this process's or a worker's)."""
         from pytest_latency.aggregate import summarise
 
-        data = {**data, "outcome": report.outcome}
+        if data.get("teardown"):
+            data = {k: v for k, v in data.items() if k != "teardown"}
+            position = self._position.get(report.nodeid)
+            if position is not None:  # add the late calls to what the call report brought
+                known = self._run.tests[position]
+                data = {
+                    **known,
+                    "calls": known["calls"] + data["calls"],
+                    "manual": known["manual"] + data["manual"],
+                }
+                self._run.tests[position] = data
+                self._run.summaries[position] = summarise(data, outcome=data["outcome"])
+                return
+        else:
+            data = {**data, "outcome": report.outcome}
         self._reported.add(report.nodeid)
+        self._position[report.nodeid] = len(self._run.tests)
         self._run.tests.append(data)
-        self._run.summaries.append(summarise(data, outcome=report.outcome))
+        self._run.summaries.append(summarise(data, outcome=data["outcome"]))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:

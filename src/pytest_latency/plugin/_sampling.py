@@ -149,6 +149,7 @@ class TestTracker:
 
     def __init__(self, router: Router) -> None:
         self._router = router
+        self._outcome = "passed"  # the running test's outcome so far (setup, then call)
         self.on_test_data: Callable[[pytest.TestReport, dict[str, Any]], None] | None = None
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -160,24 +161,34 @@ class TestTracker:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         router = self._router
         when = report.when
+        # Already there: the sampler's (a planned test) or a worker's (on an xdist controller).
+        data = getattr(report, REPORT_ATTRIBUTE, None)
         if when == "call":
-            # Already there: the sampler's (a planned test) or a worker's (on an xdist controller).
-            data = getattr(report, REPORT_ATTRIBUTE, None)
+            self._outcome = report.outcome
             if data is None and not (router.planned and report.nodeid in router.planned):
                 router.end_plain_run()
                 recording = router.recording
-                if recording is not None and (recording.entries or recording.manual):
+                if recording is not None and recording.unreported:
                     data = _test_data(recording, report)
                     _diagnose(data)
                     setattr(report, REPORT_ATTRIBUTE, data)
-            if data is not None and self.on_test_data is not None:
-                self.on_test_data(report, data)
         elif when == "setup":
+            self._outcome = report.outcome  # what the test's outcome is if setup fails
             # Fixtures are set up and the body comes next: an unplanned test's calls are sample 0.
             if report.passed and not (router.planned and report.nodeid in router.planned):
                 router.begin_plain_run()
         else:
+            # Calls made after the call report (fixture teardown, or all of them when setup
+            # failed) travel on the teardown report, marked so the collector adds them up.
+            recording = router.recording
+            if data is None and recording is not None and recording.unreported:
+                data = _test_data(recording, report)
+                data["teardown"] = True
+                data["outcome"] = self._outcome
+                setattr(report, REPORT_ATTRIBUTE, data)
             router.finish()
+        if data is not None and self.on_test_data is not None:
+            self.on_test_data(report, data)
 
 
 class Sampler:
@@ -274,8 +285,9 @@ class Sampler:
 
 
 def _test_data(recording: Recording, report: pytest.TestReport) -> dict[str, Any]:
-    """What a test's call report carries: its recording as plain data and where the test is."""
-    data = recording.to_data()
+    """What a test's report carries: what its recording holds that no report carried yet, as
+    plain data, and where the test is."""
+    data = recording.report_data()
     data["location"] = [report.location[0], report.location[1]]
     return data
 
