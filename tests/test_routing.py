@@ -108,3 +108,23 @@ def test_a_recorded_value_loads_it(pytester: pytest.Pytester) -> None:
     # The check above can fail: the same probe sees the module once a test records something.
     recorded = "def test_a(latency):\n    latency.record('ttft', 0.2)\n"
     assert _recording_loaded_after(pytester, recorded)
+
+
+def test_a_nested_session_hands_the_outer_one_its_sink_back(pytester: pytest.Pytester) -> None:
+    # A plugin author's suite runs pytester sessions inside its tests, with pytest-latency
+    # installed: when the inner session ends, the outer test's calls must still be recorded.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_outer="""
+        pytest_plugins = ["pytester"]
+
+        def test_outer(pytester, anthropic_client, latency):
+            pytester.makepyfile(test_inner="def test_inner():\\n    pass\\n")
+            pytester.inline_run().assertoutcome(passed=1)
+            anthropic_client.messages.create(
+                model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+            assert len(latency.calls) == 1
+        """
+    )
+    pytester.runpytest_subprocess("--latency-sim=instant").assert_outcomes(passed=1)

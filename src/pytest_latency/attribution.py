@@ -4,8 +4,8 @@ Owns the process-wide sink that capture calls for every record it starts. It has
 state: a call may start in a plain thread that carries no context and no reference to pytest's
 config. Tests run one at a time per process (under pytest-xdist too), so one sink that knows the
 running test attributes every call exactly, whichever thread, task or executor made it. The plugin
-installs its router in `pytest_configure` and removes it in `pytest_unconfigure`; outside a pytest
-session records go nowhere. Stdlib only; may import `wire`.
+installs its router in `pytest_configure` and puts back the previous sink in
+`pytest_unconfigure`; outside a pytest session records go nowhere. Stdlib only; may import `wire`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def route(record: WireRecord) -> None:
         sink(record)
 
 
-def set_sink(sink: Sink | None) -> None:
-    """Install the sink every record goes to; None to stop."""
-    _installed.sink = sink
+def set_sink(sink: Sink | None) -> Sink | None:
+    """Install the sink every record goes to (None: none); return the one it replaces, which a
+    nested pytest session (pytester's inline runs) puts back when it ends."""
+    previous, _installed.sink = _installed.sink, sink
+    return previous

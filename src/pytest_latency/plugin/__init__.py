@@ -75,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run = RunState()
     config.stash[RUN_KEY] = run
     run.router.text_limit = settings.capture_text
-    set_sink(run.router.route)
+    run.outer_sink = set_sink(run.router.route)
     tracker = TestTracker(run.router)
     config.pluginmanager.register(tracker, TRACKER_NAME)
     if settings.capture == "auto":
@@ -89,7 +89,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    set_sink(None)
     for name in (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME):
         registered = config.pluginmanager.get_plugin(name)
         if registered is not None:
@@ -97,6 +96,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
+    # A session nested in a test (pytester's inline runs) hands the outer session its sink back.
+    set_sink(run.outer_sink)
     if run.uninstall_auto_capture is not None:
         run.uninstall_auto_capture()
     if run.sim is not None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pytest_latency.aggregate import Judgement, TestSummary
+    from pytest_latency.attribution import Sink
     from pytest_latency.budgets import BudgetFile, Expectation
     from pytest_latency.sim import SimServer
 
@@ -73,6 +74,7 @@ class RunState:
     """Run-wide state: on the controller, every test's data in arrival order (xdist interleaves)."""
 
     __slots__ = (
+        "outer_sink",
         "regressions",
         "router",
         "session_judgements",
@@ -89,6 +91,7 @@ class RunState:
         # The test running in this process and its recording: an interrupted run still reports
         # what that test measured.
         self.router = Router()
+        self.outer_sink: Sink | None = None  # the sink before this session's, put back at the end
         self.uninstall_auto_capture: Callable[[], None] | None = None
         self.sim: SimServer | None = None
         self.session_judgements: list[Judgement] = []

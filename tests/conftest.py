@@ -1,0 +1,14 @@
+"""Test-session setup shared by every test module: only what must happen before any test runs.
+
+pytester's in-process runs unload every module first imported during the run. httpx2 and httpx
+import their connection library (httpcore2, httpcore) lazily and cache its exception classes on
+first use. A connection library first loaded inside an inner run would leave that cache pointing
+at unloaded classes for the rest of the session, and a refused connection would then surface as
+httpcore2.ConnectError instead of httpx2.ConnectError, depending on test order. Loading both here
+puts them in every snapshot pytester takes.
+"""
+
+from __future__ import annotations
+
+import httpcore  # noqa: F401
+import httpcore2  # noqa: F401
