@@ -271,7 +271,7 @@ def test_calls_made_after_the_call_report_are_kept(pytester: pytest.Pytester, wo
     result.assert_outcomes(passed=2, errors=1)
     data = _load(pytester.path / "r.json")
     tests = {t["nodeid"].split("::")[-1]: t for t in data["tests"]}
-    counts = {name: (t["call_count"], t["fixture_call_count"]) for name, t in tests.items()}
+    counts = {name: (t["call_count"], t["unsampled_call_count"]) for name, t in tests.items()}
     assert counts == {
         "test_body_and_teardown": (1, 1),
         "test_teardown_only": (0, 1),
@@ -279,3 +279,121 @@ def test_calls_made_after_the_call_report_are_kept(pytester: pytest.Pytester, wo
     }
     assert tests["test_setup_fails"]["outcome"] == "failed"
     assert data["session"]["call_count"] == 1  # the body's: fixture calls are never pooled
+
+
+LOGGED_AFTER_THE_PHASES = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+
+# What pytest-rerunfailures and pytest-forked do: run all three phases, then log the reports.
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in runtestprotocol(item, nextitem=nextitem, log=False):
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+def test_reports_logged_after_the_phases_keep_body_and_fixture_calls_apart(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeconftest(LOGGED_AFTER_THE_PHASES)
+    pytester.makepyfile(test_late=LATE_CALLS)
+    result = pytester.runpytest("--latency-sim=instant", "--latency-json=r.json")
+    result.assert_outcomes(passed=2, errors=1)
+    tests = {t["nodeid"].split("::")[-1]: t for t in _load(pytester.path / "r.json")["tests"]}
+    counts = {name: (t["call_count"], t["unsampled_call_count"]) for name, t in tests.items()}
+    assert counts == {
+        "test_body_and_teardown": (1, 1),
+        "test_teardown_only": (0, 1),
+        "test_setup_fails": (0, 1),
+    }
+
+
+def test_setup_only_runs_count_no_body_calls(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_late=LATE_CALLS)
+    result = pytester.runpytest("--setup-only", "--latency-sim=instant", "--latency-json=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the broken fixture still fails
+    data = _load(pytester.path / "r.json")
+    assert {t["nodeid"].split("::")[-1]: t["call_count"] for t in data["tests"]} == {
+        "test_body_and_teardown": 0,
+        "test_teardown_only": 0,
+        "test_setup_fails": 0,
+    }
+    assert data["session"]["call_count"] == 0
+
+
+def test_values_recorded_in_teardown_are_never_budgeted(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_manual="""
+        import pytest
+
+        @pytest.fixture
+        def slow_cleanup(latency):
+            yield
+            latency.record("ttft", 5.0)  # a fixture's value: kept, never pooled
+
+        @pytest.mark.latency("ttft.max < 300ms")
+        def test_fast(slow_cleanup, latency):
+            latency.record("ttft", 0.1)
+        """
+    )
+    (pytester.path / "budgets.toml").write_text('[session]\nexpect = ["ttft.max < 300ms"]\n')
+    result = pytester.runpytest("--latency-budget=budgets.toml", "--latency-json=r.json")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0  # the session budget saw the body's value only
+    [test] = _load(pytester.path / "r.json")["tests"]
+    assert test["metrics"]["ttft"]["count"] == 1
+
+
+CONTROLLER_THREAD = """
+import threading
+
+import httpx2
+
+from pytest_latency import instrument
+from pytest_latency.sim import LatencyModel, SimServer
+
+
+def pytest_sessionstart(session):
+    if hasattr(session.config, "workerinput"):
+        return  # only the controller pings
+    server = SimServer(LatencyModel.preset("instant"))
+    server.start()
+    client = instrument(httpx2.Client())
+    stop = threading.Event()
+
+    def ping():
+        while not stop.wait(0.005):
+            client.get(server.base_url + "/_sim/truth")
+
+    thread = threading.Thread(target=ping, daemon=True)
+    thread.start()
+    session.config.add_cleanup(server.stop)
+    session.config.add_cleanup(thread.join)
+    session.config.add_cleanup(stop.set)
+"""
+
+
+def test_an_xdist_controller_credits_its_own_calls_to_no_test(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONTROLLER_THREAD)
+    pytester.makepyfile(
+        test_quiet="""
+        import time
+        import pytest
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_quiet(i):
+            time.sleep(0.02)
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--latency-json=r.json")
+    result.assert_outcomes(passed=6)
+    data = _load(pytester.path / "r.json")
+    assert data["tests"] == [] and data["session"]["call_count"] == 0

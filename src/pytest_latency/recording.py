@@ -23,8 +23,9 @@ from pytest_latency.wire import WireRecord
 if TYPE_CHECKING:
     from pytest_latency.metrics import CallMetrics
 
-# Sample index of attempts started outside the test body (fixture setup and teardown): kept and
-# counted (the result file's fixture_call_count), never budgeted.
+# Sample index of attempts started outside any sample (fixture setup and teardown, or a body that
+# marks its own samples, between them): kept and counted (the result file's
+# unsampled_call_count), never budgeted.
 OUTSIDE = -1
 
 

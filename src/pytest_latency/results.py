@@ -497,8 +497,8 @@ def _test_entry(
         "samples": samples,
         "warmup": int(data.get("warmup", 0)),
         "call_count": len(calls),
-        # Calls the test's fixtures made (setup, teardown): counted here, never pooled.
-        "fixture_call_count": sum(1 for c in data.get("calls", ()) if c["sample"] == OUTSIDE),
+        # Calls outside any sample (fixtures' setup and teardown): counted here, never pooled.
+        "unsampled_call_count": sum(1 for c in data.get("calls", ()) if c["sample"] == OUTSIDE),
         "error_count": len(finals) - len(ok),
         "retries": sum(c.retries for c in calls),
         "calls_per_sample": per_sample,

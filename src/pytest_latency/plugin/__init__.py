@@ -7,9 +7,9 @@ session gate), `_fixtures` (clients and recorder), `_outputs` (files and CI outp
 wires them: pluggy finds the hooks and fixtures re-exported here, and `pytest_configure` registers
 the plugin objects that need the run's state (the tracker on every process, the sampler once a
 test has a plan, the collector on the controller). Per-test state lives in `item.stash`, run-wide
-state in `config.stash`; each test's measurements travel on its call-phase report as the
-plain-data attribute `pytest_latency`, which pytest-xdist forwards to the controller unchanged, so
-local and distributed runs share one code path.
+state in `config.stash`; each test's measurements travel on its call report (calls made after
+it, on its teardown report) as the plain-data attribute `pytest_latency`, which pytest-xdist
+forwards to the controller unchanged, so local and distributed runs share one code path.
 """
 
 from __future__ import annotations

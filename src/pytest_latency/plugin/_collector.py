@@ -46,6 +46,10 @@ class LatencyCollector:
                     "calls": known["calls"] + data["calls"],
                     "manual": known["manual"] + data["manual"],
                 }
+                if data["calls"]:
+                    from pytest_latency import diagnose
+
+                    data["findings"] = diagnose.findings_for_test(data)
                 self._run.tests[position] = data
                 self._run.summaries[position] = summarise(data, outcome=data["outcome"])
                 return

@@ -27,7 +27,6 @@ class Router:
         "_session",
         "body_running",
         "nodeid",
-        "planned",
         "recording",
         "text_limit",
     )
@@ -39,8 +38,6 @@ class Router:
         # An unplanned test's body is running: its calls are sample 0, not fixture calls.
         self.body_running = False
         self.text_limit = 0  # `--latency-capture-text`: characters of text kept per call
-        # Tests with a sampling plan: their samples are the sample loop's, not a plain run's.
-        self.planned: set[str] = set()
         self._lock = threading.Lock()
 
     def route(self, record: WireRecord) -> None:
@@ -49,11 +46,15 @@ class Router:
             record.text_limit = self.text_limit
         (self.current() or self._outside_tests()).sink(record)
 
+    # start, finish and the creation in current() hold the lock: a thread's first call racing
+    # the end of its test must not install a recording named after one test into the next.
     def start(self, nodeid: str) -> None:
-        self.nodeid, self.recording, self.body_running = nodeid, None, False
+        with self._lock:
+            self.nodeid, self.recording, self.body_running = nodeid, None, False
 
     def finish(self) -> None:
-        self.nodeid, self.recording, self.body_running = None, None, False
+        with self._lock:
+            self.nodeid, self.recording, self.body_running = None, None, False
 
     def current(self) -> Recording | None:
         """The running test's recording, created on first use; None between tests."""

@@ -121,9 +121,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
             continue
         if plan is not None:
             node.stash[PLAN_KEY] = plan
-            router = config.stash[RUN_KEY].router
-            router.planned.add(node.nodeid)
             if config.pluginmanager.get_plugin(SAMPLER_NAME) is None:
+                router = config.stash[RUN_KEY].router
                 config.pluginmanager.register(Sampler(router, settings), SAMPLER_NAME)
     if problems:
         report.outcome = "failed"
@@ -140,55 +139,75 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 
 
 class TestTracker:
-    """Tells the router which test runs now, hands an unplanned test's data to its call report,
-    and passes every test's data on to `on_test_data` (the controller's collector). A plugin
-    object registered per config: pytest's logstart and logreport hooks receive no config, and a
-    pytest-xdist controller receives its workers' reports through them."""
+    """Tells the router which test runs now and when its body runs, hands an unplanned test's
+    data to its report, and passes every test's data on to `on_test_data` (the controller's
+    collector). A plugin object registered per config: pytest's logstart, logreport and
+    logfinish hooks receive no config, and a pytest-xdist controller receives its workers'
+    reports through them."""
 
     __test__ = False  # not a test class, whatever pytest's collection patterns say
 
     def __init__(self, router: Router) -> None:
         self._router = router
         self._outcome = "passed"  # the running test's outcome so far (setup, then call)
+        # False on a pytest-xdist controller: its workers run the tests, and the logstart and
+        # reports it sees are theirs, forwarded; a call the controller makes belongs to no test.
+        self._runs_tests = True
         self.on_test_data: Callable[[pytest.TestReport, dict[str, Any]], None] | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # pytest-xdist registers its scheduler only on the controller of a distributed run.
+        self._runs_tests = not session.config.pluginmanager.hasplugin("dsession")
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         # Before setup: calls made by the test's fixtures are the test's too.
-        self._router.start(nodeid)
+        if self._runs_tests:
+            self._router.start(nodeid)
+
+    # The body's start and end are taken from the phases themselves, not from their reports:
+    # pytest-rerunfailures (and pytest-forked) log the reports only after all phases ran.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        if PLAN_KEY not in item.stash:  # a planned test's samples are the sampler's
+            self._router.begin_plain_run()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self) -> None:
+        self._router.end_plain_run()  # before the fixtures' teardown
 
     # First: the data must be on the report before pytest-xdist forwards it or anyone reads it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        router = self._router
-        when = report.when
         # Already there: the sampler's (a planned test) or a worker's (on an xdist controller).
         data = getattr(report, REPORT_ATTRIBUTE, None)
+        recording = self._router.recording
+        when = report.when
         if when == "call":
             self._outcome = report.outcome
-            if data is None and not (router.planned and report.nodeid in router.planned):
-                router.end_plain_run()
-                recording = router.recording
-                if recording is not None and recording.unreported:
-                    data = _test_data(recording, report)
-                    _diagnose(data)
-                    setattr(report, REPORT_ATTRIBUTE, data)
-        elif when == "setup":
-            self._outcome = report.outcome  # what the test's outcome is if setup fails
-            # Fixtures are set up and the body comes next: an unplanned test's calls are sample 0.
-            if report.passed and not (router.planned and report.nodeid in router.planned):
-                router.begin_plain_run()
-        else:
-            # Calls made after the call report (fixture teardown, or all of them when setup
-            # failed) travel on the teardown report, marked so the collector adds them up.
-            recording = router.recording
             if data is None and recording is not None and recording.unreported:
                 data = _test_data(recording, report)
-                data["teardown"] = True
-                data["outcome"] = self._outcome
+                _diagnose(data)
                 setattr(report, REPORT_ATTRIBUTE, data)
-            router.finish()
+        elif when == "setup":
+            self._outcome = report.outcome  # the test's outcome if its setup fails
+        elif data is None and recording is not None and recording.unreported:
+            # Made after the call report (fixture teardown), or all of them when setup failed:
+            # they travel on the teardown report, marked so the collector adds them up. They
+            # are fixtures' calls and values, whatever sample was open: never pooled.
+            from pytest_latency.recording import OUTSIDE  # loaded: there is a recording
+
+            data = _test_data(recording, report)
+            data["manual"] = [[OUTSIDE, *value[1:]] for value in data["manual"]]
+            data["teardown"] = True
+            data["outcome"] = self._outcome
+            _diagnose(data)
+            setattr(report, REPORT_ATTRIBUTE, data)
         if data is not None and self.on_test_data is not None:
             self.on_test_data(report, data)
+
+    def pytest_runtest_logfinish(self) -> None:
+        if self._runs_tests:
+            self._router.finish()
 
 
 class Sampler:
