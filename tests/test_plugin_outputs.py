@@ -397,3 +397,26 @@ def test_an_xdist_controller_credits_its_own_calls_to_no_test(pytester: pytest.P
     result.assert_outcomes(passed=6)
     data = _load(pytester.path / "r.json")
     assert data["tests"] == [] and data["session"]["call_count"] == 0
+
+
+@pytest.mark.skipif(not hasattr(pytest, "SubtestReport"), reason="subtests are built in from 9.0")
+def test_subtests_calls_stay_with_their_test(pytester: pytest.Pytester) -> None:
+    # Each subtest block gets a call-phase report of its own; the calls are the test's samples.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_sub="""
+        def test_each_model(subtests, anthropic_client):
+            for model in ("a", "b"):
+                with subtests.test(model=model):
+                    anthropic_client.messages.create(
+                        model=model, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+                    )
+        """
+    )
+    result = pytester.runpytest("--latency-sim=instant", "--latency-json=r.json")
+    assert result.ret == 0
+    data = _load(pytester.path / "r.json")
+    assert [(t["nodeid"], t["call_count"]) for t in data["tests"]] == [
+        ("test_sub.py::test_each_model", 2)
+    ]
+    assert data["session"]["call_count"] == 2

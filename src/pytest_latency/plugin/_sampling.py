@@ -138,6 +138,12 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 # test has a sampling plan. (benchmarks/bench_unused_plugin.py measures what they cost.)
 
 
+# pytest >= 9 reports each `subtests.test()` block with a call-phase report of its own.
+_SUBTEST_REPORTS: tuple[type[pytest.TestReport], ...] = tuple(
+    cls for cls in (getattr(pytest, "SubtestReport", None),) if cls is not None
+)
+
+
 class TestTracker:
     """Tells the router which test runs now and when its body runs, hands an unplanned test's
     data to its report, and passes every test's data on to `on_test_data` (the controller's
@@ -183,6 +189,8 @@ class TestTracker:
         recording = self._router.recording
         when = report.when
         if when == "call":
+            if isinstance(report, _SUBTEST_REPORTS):
+                return  # a subtest's report: its calls are the test's, reported with its own
             self._outcome = report.outcome
             if data is None and recording is not None and recording.unreported:
                 data = _test_data(recording, report)
