@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
+from pytest_latency.plugin._sampling import attach_findings
 from pytest_latency.plugin._state import RunState, Settings
 
 if TYPE_CHECKING:
@@ -28,8 +29,7 @@ class LatencyCollector:
         self._settings = settings
         self._outputs = outputs
         self._started = datetime.datetime.now(datetime.timezone.utc)
-        self._reported: set[str] = set()
-        self._position: dict[str, int] = {}  # nodeid → its index in the run's tests
+        self._position: dict[str, int] = {}  # a reported test's nodeid → its index in tests
 
     def collect(self, report: pytest.TestReport, data: dict[str, Any]) -> None:
         """One test's data, from its call report or, for calls made after it, its teardown
@@ -46,16 +46,13 @@ class LatencyCollector:
                     "calls": known["calls"] + data["calls"],
                     "manual": known["manual"] + data["manual"],
                 }
-                if data["calls"]:
-                    from pytest_latency import diagnose
-
-                    data["findings"] = diagnose.findings_for_test(data)
+            attach_findings(data)  # here, once, over all the test's calls (the tracker leaves it)
+            if position is not None:
                 self._run.tests[position] = data
                 self._run.summaries[position] = summarise(data, outcome=data["outcome"])
                 return
         else:
             data = {**data, "outcome": report.outcome}
-        self._reported.add(report.nodeid)
         self._position[report.nodeid] = len(self._run.tests)
         self._run.tests.append(data)
         self._run.summaries.append(summarise(data, outcome=data["outcome"]))
@@ -117,7 +114,7 @@ class LatencyCollector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         current = self._run.router.recording
-        if current is not None and current.nodeid not in self._reported:
+        if current is not None and current.nodeid not in self._position:
             # Ctrl-C inside a test: keep what it measured, marked as such.
             self._run.tests.append({**current.to_data(), "outcome": "interrupted"})
         if not (self._outputs.wanted or os.environ.get("GITHUB_STEP_SUMMARY")):

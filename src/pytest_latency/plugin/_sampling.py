@@ -194,7 +194,7 @@ class TestTracker:
             self._outcome = report.outcome
             if data is None and recording is not None and recording.unreported:
                 data = _test_data(recording, report)
-                _diagnose(data)
+                attach_findings(data)
                 setattr(report, REPORT_ATTRIBUTE, data)
         elif when == "setup":
             self._outcome = report.outcome  # the test's outcome if its setup fails
@@ -206,9 +206,8 @@ class TestTracker:
 
             data = _test_data(recording, report)
             data["manual"] = [[OUTSIDE, *value[1:]] for value in data["manual"]]
-            data["teardown"] = True
+            data["teardown"] = True  # the collector diagnoses it with the test's earlier calls
             data["outcome"] = self._outcome
-            _diagnose(data)
             setattr(report, REPORT_ATTRIBUTE, data)
         if data is not None and self.on_test_data is not None:
             self.on_test_data(report, data)
@@ -306,7 +305,7 @@ class Sampler:
             _record_properties(item, report, judgements)
             if report.passed:
                 _fail_on_misses(report, judgements, data)
-        _diagnose(data)  # after the budgets: `too_few_samples` reads them
+        attach_findings(data)  # after the budgets: `too_few_samples` reads them
         setattr(report, REPORT_ATTRIBUTE, data)
         return report
 
@@ -319,7 +318,8 @@ def _test_data(recording: Recording, report: pytest.TestReport) -> dict[str, Any
     return data
 
 
-def _diagnose(data: dict[str, Any]) -> None:
+def attach_findings(data: dict[str, Any]) -> None:
+    """The diagnosis of a test's data, under `findings`, when it has calls to diagnose."""
     if data["calls"]:
         from pytest_latency import diagnose
 
