@@ -1,29 +1,25 @@
-"""Aggregation and output at scale: 1,000 tests holding about 1,000,000 recorded values.
+"""The end of a session at scale: 1,000 tests holding about 1,200,000 recorded values.
 
-Builds the per-test data the plugin hands to `build_result` (`Recording.to_data()` plus the
-`outcome`, `location`, `budgets`, `policy` and `findings` the plugin adds), synthetically but
-from real shapes: each call is a `CallMetrics.to_dict()` of a real streamed call through the
-simulator (anthropic messages and openai chat, fingerprints included) with its times replaced by
-seeded lognormal draws. Default: 1,000 tests × 20 samples × 2 calls × 25 ITL gaps = 1,000,000 ITL
-values plus 40,000 calls' per-call metrics (~1.2 M values). Budgets are judged and findings
-computed per test with the plugin's own functions, as it does during a run.
+Builds the per-test records the plugin's collector holds at the end of a run (`TestData`: calls,
+judgements and findings, rebuilt from the plain data a pytest-xdist worker's report carries),
+synthetically but from real shapes: each call is a `CallMetrics.to_dict()` of a real streamed
+call through the simulator (anthropic messages and openai chat, fingerprints included) with its
+times replaced by seeded lognormal draws. Default: 1,000 tests × 20 samples × 2 calls × 25 ITL
+gaps = 1,000,000 ITL values plus 40,000 calls' per-call metrics (~1.2 M values). Budgets are
+judged and findings computed per test with the plugin's own functions, as it does during a run.
 
-Then it measures, each stage ``--reps`` times (median and spread, load average printed):
-`build_result`, `dumps` + `write_result` (JSON size), `render_html` (HTML size; target <= 2 MB),
-peak memory of each stage with tracemalloc (a separate pass: tracing slows Python down, so times
-come from untraced runs), and, if Debian's chromium is installed, ``chromium --headless
---dump-dom`` on the 1,000-test report vs a trivial page, interleaved. Absolute times on a shared
-2-core machine drift, so each stage is also given as a ratio to a yardstick timed in the same
-interleaving: ``sorted()`` over the same ~1 M values.
+Then it measures, each stage ``--reps`` times (median and spread, load average printed), the
+whole end-of-session work the controller does (session budgets judged over every call,
+`build_result` with the group and session diagnosis, the terminal summary, `render_html`,
+`render_markdown`) and each part of it, peak memory of each stage with tracemalloc (a separate
+pass), and, if Debian's chromium is installed, ``chromium --headless --dump-dom`` on the
+1,000-test report vs a trivial page, interleaved. Absolute times on a shared 2-core machine
+drift, so each stage is also given as a ratio to a yardstick timed in the same interleaving:
+``sorted()`` over the same ~1.2 M values. Targets (issue #13): the end of the session ≤ 2 s here
+and ≤ 8× the yardstick.
 
-With ``--legacy REF`` (a git commit, e.g. ``a8753da``, the last one before `build_result`
-counted values per bucket), `results.py` and `histogram.py` as they were at REF are loaded
-from git beside the current ones, their `build_result` is timed in the same interleaving, and
-the two result files are checked to be identical (same JSON text, HDR blobs included).
-
-    python benchmarks/bench_scale.py                    # ~3 min
-    python benchmarks/bench_scale.py --legacy a8753da   # + the old build_result, ~+1 min
-    python benchmarks/bench_scale.py --quick            # 200 tests, 1 rep, ~20 s
+    python benchmarks/bench_scale.py            # ~3 min
+    python benchmarks/bench_scale.py --quick    # 200 tests, 1 rep, ~20 s
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,17 +47,21 @@ import openai
 from _common import load
 
 from pytest_latency import diagnose, instrument
-from pytest_latency.aggregate import judge
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.metrics import call_metrics
+from pytest_latency.pools import Pool
 from pytest_latency.results import build_result, dumps, write_result
 from pytest_latency.sim import LatencyModel, SimServer
+from pytest_latency.terminal import summary_lines
+from pytest_latency.testdata import TestData
+from pytest_latency.verdicts import judge
 from pytest_latency.wire import WireRecord
 
 COMMAND = "python benchmarks/bench_scale.py"
 CHROMIUM = Path(os.environ.get("PYTEST_LATENCY_CHROMIUM", "/usr/bin/chromium"))
 MODELS = ("claude-sim-large", "claude-sim-small", "gpt-sim-large", "gpt-sim-small")
 EXPECT = ("ttft.p95 < 400ms", "tpot.p50 < 40ms", "e2e.p99 < 3s")
+SESSION_EXPECT = ("error_rate < 1%", "ttft.p99 < 2s", "itl.p99 < 100ms")
 TIME_FIELDS = ("ttfb", "ttft", "ttfo", "e2e", "tpot")
 
 
@@ -132,7 +131,7 @@ def synthetic_call(
 
 def synthetic_tests(
     tests: int, samples: int, calls_per_sample: int, itl_values: int, seed: int = 7
-) -> list[dict[str, Any]]:
+) -> list[TestData]:
     rng = random.Random(seed)
     shapes = templates(itl_values)
     by_api = [shapes["anthropic.messages"], shapes["openai.chat"]]
@@ -158,25 +157,41 @@ def synthetic_tests(
             "manual": [],
             "location": [module, 10 + i % 50 * 12],
         }
-        data["budgets"] = [j.to_dict() for j in judge(expectations, data, policy="estimate")]
-        data["policy"] = "estimate"
-        data["findings"] = diagnose.findings_for_test(data)
-        data["outcome"] = "passed" if all(b["passed"] for b in data["budgets"]) else "failed"
-        out.append(data)
+        # What the worker does: judge and diagnose, then the record crosses as plain data.
+        test = TestData.from_wire(data)
+        test.judgements = tuple(judge(expectations, test.pool, policy="estimate"))
+        test.policy = "estimate"
+        test.outcome = "passed" if all(j.passed for j in test.judgements) else "failed"
+        test = test.diagnosed(diagnose.diagnose_test(test.pool, judgements=test.judgements))
+        out.append(TestData.from_wire(test.to_wire()))
     return out
 
 
-def count_values(tests: list[dict[str, Any]]) -> tuple[int, int, list[float]]:
+def count_values(tests: list[TestData]) -> tuple[int, int, list[float]]:
     """(recorded values, calls, every time value as one list for the yardstick)."""
     values: list[float] = []
     calls = 0
-    for data in tests:
-        for call in data["calls"]:
-            for attempt in call["attempts"]:
+    for test in tests:
+        for call in test.calls:
+            for attempt in call.attempts:
                 calls += 1
-                values.extend(attempt["itl"])
-                values.extend(attempt[f] for f in TIME_FIELDS if attempt[f] is not None)
+                values.extend(attempt.itl)
+                values.extend(v for f in TIME_FIELDS if (v := getattr(attempt, f)) is not None)
     return len(values), calls, values
+
+
+def end_of_session(tests: list[TestData], run: dict[str, Any]) -> dict[str, Any]:
+    """What the controller does after the last test: the session budgets over every call, the
+    result file (group and session diagnosis included), the terminal summary, HTML, Markdown."""
+    from pytest_latency.report import render_html, render_markdown
+
+    expectations = [parse_expectation(e, source="bench") for e in SESSION_EXPECT]
+    session = judge(expectations, Pool.merged(t.pool for t in tests))
+    result = build_result(tests, run=run, session_budgets=session)
+    summary_lines(tests)
+    render_html(result)
+    render_markdown(result)
+    return result
 
 
 # ---- measuring -------------------------------------------------------------------------------
@@ -222,32 +237,6 @@ def chromium(profile: Path, url: str) -> float:
     return elapsed
 
 
-def legacy_build_result(ref: str) -> Callable[..., dict[str, Any]]:
-    """`build_result` from results.py and histogram.py as they were at git `ref`, loaded as
-    private modules (everything else they import is the current package)."""
-    root = Path(__file__).resolve().parents[1]
-
-    def load_module(name: str, path: str, replace: tuple[str, str] | None = None) -> Any:
-        shown = subprocess.run(
-            ["git", "-C", str(root), "show", f"{ref}:{path}"],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        source = shown.stdout if replace is None else shown.stdout.replace(*replace)
-        module = types.ModuleType(name)
-        module.__file__ = f"{ref}:{path}"
-        sys.modules[name] = module  # dataclasses look their module up
-        exec(compile(source, module.__file__, "exec"), module.__dict__)
-        return module
-
-    load_module("_legacy_histogram", "src/pytest_latency/histogram.py")
-    old = "from pytest_latency.histogram import"
-    results = load_module(
-        "_legacy_results", "src/pytest_latency/results.py", (old, "from _legacy_histogram import")
-    )
-    build: Callable[..., dict[str, Any]] = results.build_result
-    return build
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tests", type=int, default=1000)
@@ -257,9 +246,6 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--browser-reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="200 tests, one rep each")
-    ap.add_argument(
-        "--legacy", metavar="REF", help="also time build_result as it was at this git commit"
-    )
     args = ap.parse_args()
     if args.quick:
         args.tests, args.reps, args.browser_reps = 200, 1, 1
@@ -281,13 +267,13 @@ def main() -> int:
     print(f"data: {len(tests)} tests, {n_calls} calls, {n_values:,} recorded values "
           f"(built, judged and diagnosed in {build_s:.1f} s)")  # fmt: skip
     run = {"started": "2026-01-01T00:00:00+00:00", "duration_s": 1.0, "versions": {}, "git": None}
-    session: dict[str, Any] = {"budgets": [], "partial": False}
-
-    rows: dict[str, list[float]] = {"yardstick": [], "build": [], "dumps": [], "write": []}
-    legacy = legacy_build_result(args.legacy) if args.legacy else None
-    if legacy is not None:
-        rows["legacy"] = []
-    legacy_result: dict[str, Any] = {}
+    rows: dict[str, list[float]] = {
+        "yardstick": [],
+        "session": [],
+        "build": [],
+        "dumps": [],
+        "write": [],
+    }
     if render_html is not None:
         rows["html"] = []
     result: dict[str, Any] = {}
@@ -297,11 +283,9 @@ def main() -> int:
         json_path = root / "latency.json"
         for _ in range(args.reps):
             rows["yardstick"].append(timed(lambda: sorted(values))[0])
-            seconds, result = timed(lambda: build_result(tests, session=session, run=run))
+            rows["session"].append(timed(lambda: end_of_session(tests, run))[0])
+            seconds, result = timed(lambda: build_result(tests, run=run))
             rows["build"].append(seconds)
-            if legacy is not None:
-                seconds, legacy_result = timed(lambda: legacy(tests, session=session, run=run))
-                rows["legacy"].append(seconds)
             seconds, text = timed(functools.partial(dumps, result))
             rows["dumps"].append(seconds)
             rows["write"].append(timed(functools.partial(write_result, json_path, result))[0])
@@ -315,8 +299,8 @@ def main() -> int:
         yard = statistics.median(rows["yardstick"])
         labels = {
             "yardstick": (f"yardstick: sorted() of {len(values):,} floats", ""),
-            "build": ("build_result (aggregate, HDR, groups)", ""),
-            "legacy": (f"build_result as at {args.legacy}", ""),
+            "session": ("end of session (all of the below + md)", ""),
+            "build": ("build_result (pools, HDR, groups)", ""),
             "dumps": ("results.dumps (strict JSON text)", f"{len(text) / 1e6:.2f} MB"),
             "write": ("write_result (dumps + atomic write)", f"{json_mb:.2f} MB JSON"),
             "html": ("render_html", f"{len(html.encode()) / 1e6:.2f} MB HTML"),
@@ -325,11 +309,10 @@ def main() -> int:
             label, note = labels[key]
             ratio = statistics.median(secs) / yard
             print(f"{label:42} {spread(secs, '.3f'):>24} {ratio:12.1f}  {note}")
-        if legacy is not None:
-            same = dumps(legacy_result) == text
-            speedup = statistics.median(rows["legacy"]) / statistics.median(rows["build"])
-            print(f"build_result vs as at {args.legacy}: {speedup:.1f}x faster; result files "
-                  f"{'identical' if same else 'DIFFERENT'}")  # fmt: skip
+        end = statistics.median(rows["session"])
+        verdict = "met" if end <= 2.0 and end / yard <= 8 else "NOT met"
+        print(f"target: end of session <= 2 s and <= 8x the yardstick: {end:.2f} s, "
+              f"{end / yard:.1f}x ({verdict})")  # fmt: skip
 
         print(f"\npeak memory above the input (tracemalloc, separate pass; load {load()}):")
         values.clear()
@@ -340,12 +323,8 @@ def main() -> int:
         )
         data_mib = size_probe * 10 if args.tests >= 10 else size_probe
         print(f"  per-test input data (estimated from a tenth of the tests): ~{data_mib:.0f} MiB")
-        build_mib = peak_mib(lambda: build_result(tests, session=session, run=run))
+        build_mib = peak_mib(lambda: build_result(tests, run=run))
         print(f"  build_result: {build_mib:.0f} MiB")
-        if legacy is not None:
-            legacy_result.clear()
-            legacy_mib = peak_mib(lambda: legacy(tests, session=session, run=run))
-            print(f"  build_result as at {args.legacy}: {legacy_mib:.0f} MiB")
         print(f"  dumps:        {peak_mib(lambda: dumps(result)):.0f} MiB")
         if render_html is not None:
             print(f"  render_html:  {peak_mib(lambda: render_html(result)):.0f} MiB")

@@ -12,7 +12,7 @@ B is set relative to the configuration's *true* p95, measured first from a large
 Each condition is run `--runs` times (20 by default) through two gates on the same data:
 
 * the sound gate: the plugin's verdict (distribution-free order-statistic bounds at the per-look
-  confidence `aggregate.confidence_for_looks`, sequential sampling up to max_samples) and what
+  confidence `verdicts.confidence_for_looks`, sequential sampling up to max_samples) and what
   each inconclusive policy (`auto`, the default: `pass` when the plan samples sequentially,
   `estimate` when its size is fixed; `estimate`; `pass`; `fail`) makes of it;
 * a point-estimate gate: pass iff the sample p95 < B, with no interval, as k6 thresholds and
@@ -35,7 +35,7 @@ Two paths produce the latencies:
   estimate ...` runs the invocations under each policy and asserts that the plugin agrees.
 * **model** (direct, fast): the simulator's own latency model (`sim._schedule.build_plan`, the
   function the server plans every response with) sampled directly, first-token offsets only (no
-  wire, no SDK), judged by the plugin's judging code (`aggregate.judge` on the values at the
+  wire, no SDK), judged by the plugin's judging code (`verdicts.judge` on the values at the
   plugin's per-look confidence, with the sample loop of `plugin/_sampling.py` reproduced:
   doubling until no verdict is inconclusive or max_samples is reached, and each policy resolved
   with the plan's `sampled_sequentially` flag). True p95 from 200,000 draws.
@@ -62,12 +62,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_latency import stats
-from pytest_latency.aggregate import confidence_for_looks, judge
 from pytest_latency.budgets import Expectation, parse_expectation
+from pytest_latency.calls import ManualValue
 from pytest_latency.plugin._state import SamplingPlan
 from pytest_latency.policies import DEFAULT_POLICY, POLICIES, effective_policy
+from pytest_latency.pools import Pool
 from pytest_latency.sim import LatencyModel
 from pytest_latency.sim._schedule import build_plan
+from pytest_latency.verdicts import confidence_for_looks, judge
 
 # The `hosted` preset (120 ms headers, 60 µs/token prefill, 15 ms/token, 3 tokens/chunk,
 # jitter 0.25, 2 % tails of 1.5 s) with every time divided by 20, and a short answer.
@@ -150,13 +152,10 @@ def model_sampler(seed: int) -> Callable[[], float]:
     return draw
 
 
-def data_of(values: Sequence[float]) -> dict[str, Any]:
-    """A test's plain data with hand-recorded values, as `latency.record` would leave it."""
-    return {
-        "calls": [],
-        "samples": len(values),
-        "manual": [[i, False, "ttft", v] for i, v in enumerate(values)],
-    }
+def data_of(values: Sequence[float]) -> Pool:
+    """A test's pool of hand-recorded values, as `latency.record` would leave it."""
+    manual = [ManualValue(i, False, "ttft", v) for i, v in enumerate(values)]
+    return Pool.of((), manual, len(values))
 
 
 def sound_run(
@@ -164,7 +163,7 @@ def sound_run(
 ) -> Run:
     """The plugin's sample loop (plugin/_sampling.py) over pre-drawn values, then its verdict.
 
-    `confidence=None` judges with the plugin's code (`aggregate.judge` at the plugin's per-look
+    `confidence=None` judges with the plugin's code (`verdicts.judge` at the plugin's per-look
     confidence: 95 % split over the plan's looks); a number is the what-if: the same loop and
     policies with `stats` bounds at that one-sided confidence.
     """
@@ -201,7 +200,7 @@ def sound_run(
 
 
 def decisions(verdict: str, estimate_passes: bool, sampled_sequentially: bool) -> dict[str, bool]:
-    """What each inconclusive policy does with a verdict (aggregate._apply_policy's rule, with
+    """What each inconclusive policy does with a verdict (verdicts._apply_policy's rule, with
     `auto` resolved by policies.effective_policy for the plan)."""
     if verdict != "inconclusive":
         return dict.fromkeys(POLICIES, verdict == "pass")
@@ -243,7 +242,7 @@ asyncio_default_fixture_loop_scope = function
 INNER_CONFTEST = """\
 import json, os
 import pytest
-from pytest_latency.aggregate import kept_calls, per_call_values
+from pytest_latency.testdata import TestData
 
 MODEL = json.loads(os.environ["BENCH_MODEL"])
 SEED = int(os.environ["BENCH_SEED"])
@@ -255,14 +254,16 @@ def _model(request, llm_sim):
     llm_sim.set_model(llm_sim.model.replace(**MODEL, seed=SEED * 10 + index))
 
 def pytest_runtest_logreport(report):
-    data = getattr(report, "pytest_latency", None)
-    if report.when == "call" and data is not None:
-        finals = [c.final for c in kept_calls(data) if c.final.error is None]
+    test = getattr(report, "pytest_latency", None)
+    if report.when == "call" and test is not None:
+        if isinstance(test, dict):  # a pytest-xdist worker's report
+            test = TestData.from_wire(test)
+        pool = test.pool
         OUT[report.nodeid] = {
-            "ttft": per_call_values("ttft", finals),
-            "budgets": data.get("budgets", []),
-            "policy": data.get("policy"),
-            "errors": sum(c.final.error is not None for c in kept_calls(data)),
+            "ttft": [c.ttft for c in pool.ok if c.ttft is not None],
+            "budgets": [j.to_dict() for j in test.judgements],
+            "policy": test.policy,
+            "errors": pool.errors,
         }
 
 def pytest_sessionfinish(session):

@@ -1,6 +1,7 @@
-"""Synthetic per-test data, shaped exactly as the plugin hands it to `results.build_result`:
-`Recording.to_data()` dicts built from real `CallMetrics` objects, plus the keys the plugin adds
-(outcome, location, budgets judged by the real `aggregate.judge`)."""
+"""Synthetic per-test data in the plain-data form a test report carries (`TestData.to_wire()`):
+dicts built from real `CallMetrics` objects, with the budgets judged by the real
+`verdicts.judge`; `records` rebuilds them as the controller does, and `build` hands them to
+`results.build_result`."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import dataclasses
 import random
 from typing import Any
 
-from pytest_latency.aggregate import judge
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.metrics import CallMetrics
+from pytest_latency.results import build_result
+from pytest_latency.testdata import TestData
+from pytest_latency.verdicts import judge
 
 MODEL = "claude-sonnet-4-5"
 
@@ -140,13 +143,27 @@ def make_test(
     }
     if budgets:
         expectations = [parse_expectation(b, source=nodeid) for b in budgets]
-        data["budgets"] = [j.to_dict() for j in judge(expectations, data)]
+        data["budgets"] = [j.to_dict() for j in judge(expectations, pool_of(data))]
     failed_budget = any(b["verdict"] == "fail" for b in data.get("budgets", []))
     data["outcome"] = outcome or ("failed" if failed_budget else "passed")
     return data
 
 
-SESSION: dict[str, Any] = {"budgets": [], "partial": False}
+def pool_of(data: dict[str, Any]) -> Any:
+    """The pool of a test's plain data, as the plugin judges it."""
+    return TestData.from_wire(data).pool
+
+
+def records(tests: list[dict[str, Any]]) -> list[TestData]:
+    """Plain per-test data rebuilt as the controller rebuilds a worker's reports."""
+    return [TestData.from_wire(t) for t in tests]
+
+
+def build(tests: list[dict[str, Any]], *, partial: bool = False) -> dict[str, Any]:
+    """The result file of these tests, as the plugin builds it at the end of a run."""
+    return build_result(records(tests), run=RUN, partial=partial)
+
+
 RUN: dict[str, Any] = {
     "started": "2025-01-01T12:00:00+00:00",
     "duration_s": 12.5,
@@ -284,7 +301,7 @@ def diagnosis_tests() -> list[dict[str, Any]]:
     to inject HTML."""
     prefill = prefill_bound_test("tests/diag/test_long_prompt.py::test_summarise")
     expectations = [parse_expectation("ttft.p95 < 1s", source="diag")]
-    prefill["budgets"] = [j.to_dict() for j in judge(expectations, prefill)]
+    prefill["budgets"] = [j.to_dict() for j in judge(expectations, pool_of(prefill))]
     prefill["outcome"] = "failed"
     hostile = make_test("tests/diag/test_hostile.py::test_message", seed=14, samples=6)
     hostile["findings"] = [

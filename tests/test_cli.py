@@ -6,18 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-from latency_data import RUN, SESSION, make_test, sample_tests
+from latency_data import build, make_test, sample_tests
 
 from pytest_latency.cli import main
-from pytest_latency.results import build_result, load_result, write_result
+from pytest_latency.results import load_result, write_result
 
 
 @pytest.fixture
 def shards(tmp_path: Path) -> tuple[Path, Path]:
     tests = sample_tests()
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    write_result(a, build_result(tests[:2], session=SESSION, run=RUN))
-    write_result(b, build_result(tests[2:], session=SESSION, run=RUN))
+    write_result(a, build(tests[:2]))
+    write_result(b, build(tests[2:]))
     return a, b
 
 
@@ -39,18 +39,12 @@ def test_compare_exit_status_follows_regressions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base, head, same = tmp_path / "base.json", tmp_path / "head.json", tmp_path / "same.json"
-    write_result(
-        base, build_result([make_test("t.py::t", seed=1, samples=40)], session=SESSION, run=RUN)
-    )
+    write_result(base, build([make_test("t.py::t", seed=1, samples=40)]))
     write_result(
         head,
-        build_result(
-            [make_test("t.py::t", seed=2, samples=40, ttft_ms=900)], session=SESSION, run=RUN
-        ),
+        build([make_test("t.py::t", seed=2, samples=40, ttft_ms=900)]),
     )
-    write_result(
-        same, build_result([make_test("t.py::t", seed=3, samples=40)], session=SESSION, run=RUN)
-    )
+    write_result(same, build([make_test("t.py::t", seed=3, samples=40)]))
     assert main(["compare", str(base), str(head)]) == 1
     assert "regression" in capsys.readouterr().out
     diff = tmp_path / "diff.md"
@@ -87,7 +81,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(
     if content is not None:
         path.write_text(content)
     good = tmp_path / "good.json"
-    write_result(good, build_result([], session=SESSION, run=RUN))
+    write_result(good, build([]))
     for argv in (
         ["report", str(path), "-o", str(tmp_path / "x.html")],
         ["merge", str(good), str(path), "-o", str(tmp_path / "x.json")],

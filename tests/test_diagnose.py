@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
-from pytest_latency import diagnose
+from pytest_latency import diagnose, stats
+from pytest_latency.calls import Call
 from pytest_latency.metrics import CallMetrics, contains_output
 from pytest_latency.metrics._fingerprint import output_print, request_print
-from pytest_latency.recording import Call
+from pytest_latency.pools import Pool
+from pytest_latency.testdata import TestData
+from pytest_latency.verdicts import Judgement
 
 RNG_SEED = 20240611
 
@@ -74,11 +77,15 @@ def test_hedge_matches_monte_carlo(percentile: float) -> None:
 
 def test_what_ifs_say_too_few_below_the_minimum() -> None:
     calls = [make_call(e2e=1000.0 * (i + 1)) for i in range(3)]
-    assert diagnose.what_ifs(calls)["e2e"] == {"n": 3, "too_few": True, "needed": 5}
-    more = [make_call(e2e=1000.0 * (i + 1)) for i in range(11)]
-    lines = diagnose.what_if_lines(diagnose.what_ifs(more))
-    assert lines[0].startswith("e2e p99 of the slowest of K parallel calls: K=1 ")
-    assert "hedged at p90" in lines[1] and "+10% requests" in lines[1]
+    assert diagnose.what_ifs(data_of(calls))["e2e"] == {"n": 3, "too_few": True, "needed": 5}
+    more = diagnose.what_ifs(data_of([make_call(e2e=1000.0 * (i + 1)) for i in range(11)]))
+    assert [row["k"] for row in more["e2e"]["fan_out"]] == list(diagnose.FAN_OUT_KS)
+    # K = 1 is the measured distribution itself: its p99 is the pool's p99.
+    assert more["e2e"]["fan_out"][0]["p99"] == pytest.approx(
+        stats.percentile([1000.0 * (i + 1) for i in range(11)], 99)
+    )
+    assert [h["delay_percentile"] for h in more["e2e"]["hedge"]] == [90.0, 95.0]
+    assert more["calls_per_sample"]["max"] == 1
 
 
 # --- fingerprints ----------------------------------------------------------------------------
@@ -196,9 +203,10 @@ def make_call(
     )
 
 
-def data_of(calls: Sequence[CallMetrics], **extra: Any) -> dict[str, Any]:
+def data_of(calls: Sequence[CallMetrics]) -> Pool:
+    """The pool of a test that made one of `calls` per sample, rebuilt from its report data."""
     rows = [{"sample": i, "warmup": False, "attempts": [c.to_dict()]} for i, c in enumerate(calls)]
-    return {"nodeid": "t", "samples": len(calls), "calls": rows, **extra}
+    return TestData.from_wire({"nodeid": "t", "samples": len(calls), "calls": rows}).pool
 
 
 def test_two_calls_are_too_few_to_call_prefill_bound() -> None:
@@ -252,21 +260,21 @@ def test_unstable_prefix_needs_prompts_that_differ_inside_the_cached_part() -> N
 
 def test_consumer_bound_and_summary_lines() -> None:
     calls = [make_call(consumer_bound=i < 2) for i in range(5)]
-    found = diagnose.findings_for_test(data_of(calls))
-    assert [f["kind"] for f in found] == ["consumer_bound"]
-    assert found[0]["evidence"] == {"calls": 2, "of": 5, "chunks": 10}
+    found = diagnose.diagnose_test(data_of(calls))
+    assert [f.kind for f in found] == ["consumer_bound"]
+    assert found[0].evidence == {"calls": 2, "of": 5, "chunks": 10}
     (line,) = diagnose.summary_lines(found)
     assert line.startswith("consumer_bound: 2 of 5 calls were consumer-bound")
-    group = diagnose.findings_for_group("model=m", [data_of(calls)])
+    group = [dataclasses.replace(f, scope="model=m") for f in diagnose.diagnose_calls(calls)]
     assert diagnose.summary_lines(group)[0].startswith("[model=m] consumer_bound:")
 
 
 def test_too_few_samples_for_a_percentile_budget() -> None:
     budgets = [
-        {"expr": "ttft.p99 < 2s", "n": 20, "verdict": "pass"},
-        {"expr": "ttft.p50 < 2s", "n": 20, "verdict": "pass"},
+        Judgement.from_dict({"expr": expr, "n": 20, "verdict": "pass", "message": ""})
+        for expr in ("ttft.p99 < 2s", "ttft.p50 < 2s")
     ]
-    found = diagnose.diagnose_test(data_of([make_call() for _ in range(5)], budgets=budgets))
+    found = diagnose.diagnose_test(data_of([make_call() for _ in range(5)]), judgements=budgets)
     assert [(f.kind, f.evidence.get("expr")) for f in found] == [
         ("too_few_samples", "ttft.p99 < 2s")
     ]

@@ -11,6 +11,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from latency_data import pool_of
 
 from pytest_latency import diagnose, instrument
 from pytest_latency.metrics import call_metrics
@@ -61,7 +62,7 @@ def gpt(sim: SimServer, records: list[WireRecord]) -> Iterator[Any]:
 
 def run(records: list[WireRecord], body: Body, *, samples: int, warmup: int = 0) -> dict[str, Any]:
     """Run `body` as the plugin would (warmup then kept samples) and build the data a test report
-    carries (`Recording.to_data()`'s shape)."""
+    carries (`TestData.to_wire()`'s shape)."""
     calls: list[dict[str, Any]] = []
     for index in range(-warmup, samples):
         start = len(records)
@@ -78,7 +79,7 @@ def run(records: list[WireRecord], body: Body, *, samples: int, warmup: int = 0)
 
 
 def kinds(data: dict[str, Any]) -> list[str]:
-    return [f["kind"] for f in diagnose.findings_for_test(data)]
+    return [f.kind for f in diagnose.diagnose_test(pool_of(data))]
 
 
 def stream_claude(client: Any, *, system: Any, user: str, max_tokens: int = 64) -> str:
@@ -102,7 +103,7 @@ def test_prefill_bound_suite(sim: SimServer, claude: Any, records: list[WireReco
 
     # The warmup sample absorbs the first call's connection setup (tens of ms here).
     data = run(records, body, samples=10, warmup=1)
-    found = diagnose.diagnose_test(data)
+    found = diagnose.diagnose_test(pool_of(data))
     assert [f.kind for f in found] == ["prefill_bound"]
     evidence = found[0].evidence
     assert evidence["share_before_first_token"] > 0.7
@@ -127,7 +128,7 @@ def test_decode_bound_suite(sim: SimServer, gpt: Any, records: list[WireRecord])
             pass
 
     data = run(records, body, samples=5)
-    found = diagnose.diagnose_test(data)
+    found = diagnose.diagnose_test(pool_of(data))
     assert [f.kind for f in found] == ["decode_bound"]
     assert found[0].evidence["median_output_tokens"] == 300
     assert found[0].evidence["decode_us_per_token"] == pytest.approx(300, rel=0.25)
@@ -147,7 +148,7 @@ def test_cache_unstable_suite(sim: SimServer, claude: Any, records: list[WireRec
         stream_claude(claude, system=system, user="Hi.")
 
     data = run(records, body, samples=5)
-    found = {f.kind: f for f in diagnose.diagnose_test(data)}
+    found = {f.kind: f for f in diagnose.diagnose_test(pool_of(data))}
     # Every call prefills its ~1,300 tokens afresh, so on a loaded machine it may rightly also
     # read as prefill-bound; nothing else may fire.
     assert set(found) - {"prefill_bound"} == {"unstable_prefix"}
@@ -164,14 +165,14 @@ def test_below_cache_minimum_suite(sim: SimServer, claude: Any, records: list[Wi
         stream_claude(claude, system=system, user=f"Question {i}.")
 
     data = run(records, body, samples=5)
-    found = {f.kind: f for f in diagnose.diagnose_test(data)}
+    found = {f.kind: f for f in diagnose.diagnose_test(pool_of(data))}
     assert set(found) == {"below_cache_minimum"}
     evidence = found["below_cache_minimum"].evidence
     assert evidence["calls"] == 5
     assert 380 <= evidence["breakpoint_tokens_median"] <= 420
     assert evidence["cache_tokens_read_or_written"] == 0  # the simulator, too, cached nothing
     # The minimum is a parameter: at a 256-token floor the same prompts are fine.
-    assert diagnose.diagnose_test(data, diagnose.Thresholds(cache_min_tokens=256)) == []
+    assert diagnose.diagnose_test(pool_of(data), diagnose.Thresholds(cache_min_tokens=256)) == []
 
 
 def test_serial_independent_suite(sim: SimServer, gpt: Any, records: list[WireRecord]) -> None:
@@ -183,7 +184,7 @@ def test_serial_independent_suite(sim: SimServer, gpt: Any, records: list[WireRe
 
     sim.set_model(BASE.replace(decode_ms_per_token=0.5))
     data = run(records, body, samples=4)
-    found = diagnose.diagnose_test(data)
+    found = diagnose.diagnose_test(pool_of(data))
     assert [f.kind for f in found] == ["serial_independent_calls"]
     evidence = found[0].evidence
     assert evidence["samples_with_pairs"] == evidence["samples"] == 4
@@ -218,6 +219,6 @@ def test_healthy_suite_has_no_findings(
                 pass
 
     data = run(records, body, samples=5, warmup=1)
-    assert diagnose.diagnose_test(data) == []
+    assert diagnose.diagnose_test(pool_of(data)) == []
     ratio = [c["attempts"][0]["cache_read_tokens"] for c in data["calls"] if not c["warmup"]]
     assert all(r > 1024 for r in ratio)

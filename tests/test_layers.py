@@ -11,40 +11,26 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "pytest_latency"
 
-# module → package modules it may import (transitively allowed ones need not be listed twice).
-ALLOWED: dict[str, set[str]] = {
-    "plugin": {"*"},
-    "cli": {"sim", "aggregate", "budgets", "histogram", "catalogue", "stats", "results", "report"},
-    "report": {"results", "histogram", "report"},
-    "results": {
-        "aggregate",
-        "budgets",
-        "diagnose",
-        "histogram",
-        "stats",
-        "catalogue",
-        "metrics",
-        "recording",
-    },
-    "terminal": {"aggregate"},
-    "diagnose": {"aggregate", "budgets", "stats", "recording", "metrics", "catalogue"},
-    "aggregate": {"budgets", "stats", "recording", "metrics", "catalogue", "policies"},
-    "policies": set(),
-    "recording": {"metrics", "wire", "catalogue"},
-    "budgets": {"catalogue"},
-    "stats": set(),
-    "metrics": {"wire", "catalogue", "metrics"},
-    "capture": {"wire", "attribution"},
-    "attribution": {"wire"},
-    "histogram": set(),
-    "catalogue": set(),
-    "wire": set(),
-    "sim": {"sim"},
-    "__init__": {"capture"},
-}
+# The layers of docs/architecture.md, top to bottom: a module may import modules of the layers
+# below its own and nothing above or beside it (its own package's modules aside). `__init__`, the
+# public API, re-exports `capture` lazily.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("plugin",),
+    ("cli",),
+    ("report", "terminal"),
+    ("results",),
+    ("testdata",),
+    ("diagnose",),
+    ("verdicts",),
+    ("pools", "recording", "capture"),
+    ("calls", "budgets", "policies"),
+    ("metrics", "attribution"),
+    ("wire", "catalogue", "stats", "units", "histogram", "sim"),
+)
+LAYER_OF = {name: index for index, layer in enumerate(LAYERS) for name in layer}
+EXTRA: dict[str, set[str]] = {"__init__": {"capture"}}
 THIRD_PARTY: dict[str, set[str]] = {
     "pytest": {"plugin"},
-    "hdrh": {"histogram"},
     "jinja2": {"report"},
     "aiohttp": {"sim"},
     "httpx2": {"plugin", "capture"},
@@ -53,7 +39,17 @@ THIRD_PARTY: dict[str, set[str]] = {
     "anthropic": {"plugin"},
     "openai": {"plugin"},
     "tomli": {"budgets"},  # tomllib's backport for Python 3.10
+    "hdrh": {"histogram"},
+    "typing_extensions": {"results"},  # NotRequired, for the type checker only
 }
+
+
+def _may_import(owner: str, target: str) -> bool:
+    if target == owner or target in EXTRA.get(owner, set()):
+        return True
+    if owner not in LAYER_OF or target not in LAYER_OF:
+        return False
+    return LAYER_OF[target] > LAYER_OF[owner]
 
 
 def _modules() -> list[Path]:
@@ -66,24 +62,49 @@ def _owner(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    """Every module `path` imports, relative imports resolved against its own package."""
+    package = ["pytest_latency", *path.relative_to(SRC).parent.parts]
+    return _imports_of(path.read_text(encoding="utf-8"), package)
+
+
+def _imports_of(source: str, package: list[str]) -> set[str]:
+    tree = ast.parse(source)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "pytest_latency":
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            if module == "pytest_latency":
                 names.update(f"pytest_latency.{alias.name}" for alias in node.names)
             else:
-                names.add(node.module)
+                names.add(module)
     return names
+
+
+def test_relative_imports_are_resolved() -> None:
+    # The check sees through `from ..results import SCHEMA` in sim/ as it sees the absolute form.
+    source = "from ..results import SCHEMA\nfrom . import _x\nfrom ._wire import y\n"
+    resolved = _imports_of(source, ["pytest_latency", "sim"])
+    assert resolved == {"pytest_latency.results", "pytest_latency.sim", "pytest_latency.sim._wire"}
+    assert not _may_import("sim", "results")
+    assert _may_import("results", "histogram") and not _may_import("histogram", "results")
+
+
+def test_the_layers_name_every_module() -> None:
+    owners = {_owner(p) for p in _modules()}
+    assert owners - set(LAYER_OF) - set(EXTRA) == set()
+    assert set(LAYER_OF) - owners == set(), "a layer names a module that does not exist"
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
 def test_module_imports_follow_the_architecture(path: Path) -> None:
     owner = _owner(path)
-    assert owner in ALLOWED, f"{owner}: new module, add it to the architecture table"
-    allowed = ALLOWED[owner]
+    assert owner in LAYER_OF or owner in EXTRA, f"{owner}: new module, add it to LAYERS"
     for name in _imports(path):
         top = name.split(".")[0]
         if top == "pytest_latency":
@@ -93,8 +114,9 @@ def test_module_imports_follow_the_architecture(path: Path) -> None:
             target = parts[1]
             if target.startswith("__"):  # package metadata such as __version__
                 continue
-            assert "*" in allowed or target in allowed or target == owner, (
-                f"{path.relative_to(SRC)} imports {name}; {owner} may import {sorted(allowed)}"
+            assert _may_import(owner, target), (
+                f"{path.relative_to(SRC)} imports {name}: {owner} sits above or beside "
+                f"{target} in LAYERS (docs/architecture.md)"
             )
         elif top in THIRD_PARTY:
             assert owner in THIRD_PARTY[top], (
@@ -116,9 +138,9 @@ def test_importing_the_plugin_stays_cheap() -> None:
     code = (
         "import sys, pytest_latency.plugin; "
         "heavy = {'anthropic', 'openai', 'jinja2', 'hdrh', 'aiohttp', 'httpx', 'httpx2', "
-        "'pytest_latency.aggregate', 'pytest_latency.budgets', 'pytest_latency.metrics', "
+        "'pytest_latency.verdicts', 'pytest_latency.budgets', 'pytest_latency.metrics', "
         "'pytest_latency.diagnose', 'pytest_latency.capture', 'pytest_latency.sim', "
-        "'pytest_latency.results', "
+        "'pytest_latency.results', 'pytest_latency.pools', 'pytest_latency.testdata', "
         # dataclass-heavy (~1 ms each to define): loaded with the first call, not with pytest
         "'pytest_latency.recording', 'pytest_latency.catalogue', 'pytest_latency.wire'"
         "} & set(sys.modules); "

@@ -869,11 +869,25 @@ def test_to_dict_round_trips_through_json() -> None:
     assert isinstance(data["itl"], list)
 
 
-def test_from_dict_rejects_missing_fields() -> None:
-    data = metrics_of(CHAT_URL, chat_text_stream()).to_dict()
+def test_plain_data_leaves_out_empty_values_and_absent_stays_absent() -> None:
+    m = metrics_of(CHAT_URL, chat_text_stream())
+    data = m.to_dict()
+    # None, False, 0 and () are left out: a key that is there carries information.
+    assert all(v not in (None, False, (), []) or type(v) in (int, float) for v in data.values())
+    assert "loop_lag_max_ms" not in data and m.loop_lag_max_ms is None
+    assert m.ttft is not None and data["ttft"] == m.ttft
     del data["ttft"]
-    with pytest.raises(KeyError, match="ttft"):
-        CallMetrics.from_dict(data)
+    # A missing time is absent (None), never zero.
+    assert CallMetrics.from_dict(data).ttft is None
+
+
+def test_plain_data_without_fingerprints_drops_only_the_serial_shingles() -> None:
+    m = metrics_of(CHAT_URL, chat_text_stream())
+    assert m.request_shingles or m.output_shingles
+    lean = CallMetrics.from_dict(json.loads(json.dumps(m.to_dict(fingerprints=False))))
+    assert lean == m.without_fingerprints()
+    assert (lean.request_shingles, lean.output_shingles, lean.output_digests) == ((), (), ())
+    assert lean.prefix_hashes == m.prefix_hashes and lean.ttft == m.ttft
 
 
 def test_error_body_sent_with_the_stream_content_type_is_read_as_json() -> None:

@@ -134,7 +134,7 @@ def test_cache_read_ratio_equals_the_simulators_truth_for_all_three_apis(
     tester.makepyfile(
         test_cache="""
         import pytest
-        from pytest_latency.aggregate import cache_read_ratio
+        from pytest_latency.pools import cache_ratio
 
         LONG = " ".join(f"fact {i} is stable" for i in range(600))
 
@@ -167,7 +167,7 @@ def test_cache_read_ratio_equals_the_simulators_truth_for_all_three_apis(
             assert [m.input_tokens for m in finals] == [t.input_tokens for t in truths]
             expected = sum(t.cache_read_tokens for t in truths) / sum(
                 t.input_tokens for t in truths)
-            assert cache_read_ratio(finals).value == pytest.approx(expected)
+            assert cache_ratio(finals).value == pytest.approx(expected)
             assert truths[0].cache_read_tokens == 0 and truths[1].cache_read_tokens > 0
             assert expected > 0.5
         """

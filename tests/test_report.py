@@ -7,19 +7,19 @@ import time
 from typing import Any
 
 import pytest
-from latency_data import RUN, SESSION, diagnosis_tests, make_test, sample_tests
+from latency_data import build, diagnosis_tests, make_test, sample_tests
 
 from pytest_latency.report import render_comparison, render_html, render_markdown
 from pytest_latency.report._markdown import escape
 from pytest_latency.report._view import DETAIL_LIMIT, build_view
-from pytest_latency.results import build_result, compare_results
+from pytest_latency.results import compare_results
 
 INJECTED = "<script>alert(1)</script>"
 
 
 @pytest.fixture(scope="module")
 def result() -> dict[str, Any]:
-    return build_result(sample_tests(), session=SESSION, run=RUN)
+    return build(sample_tests())
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_the_page_is_self_contained(page: str) -> None:
 def test_charts_are_capped_and_the_table_lists_every_test() -> None:
     tests = [make_test(f"t.py::test_{i}", seed=i, samples=2) for i in range(DETAIL_LIMIT + 5)]
     tests.append(make_test("t.py::test_failing", seed=99, samples=4, budgets=("ttft.p50 < 1ms",)))
-    view = build_view(build_result(tests, session=SESSION, run=RUN))
+    view = build_view(build(tests))
     assert len(view.tests) == DETAIL_LIMIT + 6
     assert len(view.details) == DETAIL_LIMIT and view.details_omitted == 6
     failing = next(d for d in view.details if d.nodeid == "t.py::test_failing")
@@ -85,7 +85,7 @@ def test_thousand_test_report_is_small_and_fast() -> None:
         )
         for i in range(1000)
     ]
-    result = build_result(tests, session=SESSION, run=RUN)
+    result = build(tests)
     start = time.perf_counter()
     page = render_html(result)
     elapsed = time.perf_counter() - start
@@ -122,10 +122,8 @@ def test_markdown_escape(raw: str, escaped: str) -> None:
 
 
 def test_comparison_markdown_lists_regressions() -> None:
-    base = build_result([make_test("t.py::test_a", seed=1, samples=40)], session=SESSION, run=RUN)
-    head = build_result(
-        [make_test("t.py::test_a", seed=2, samples=40, ttft_ms=900)], session=SESSION, run=RUN
-    )
+    base = build([make_test("t.py::test_a", seed=1, samples=40)])
+    head = build([make_test("t.py::test_a", seed=2, samples=40, ttft_ms=900)])
     text = render_comparison(compare_results(base, head), base="base.json", head="head.json")
     assert text.startswith("🔴 **pytest-latency:")
     assert "🔴 regression" in text and "| t.py::test\\_a | ttft |" in text
@@ -138,7 +136,7 @@ def test_comparison_markdown_lists_regressions() -> None:
 
 @pytest.fixture(scope="module")
 def diag_result() -> dict[str, Any]:
-    return build_result(sample_tests() + diagnosis_tests(), session=SESSION, run=RUN)
+    return build(sample_tests() + diagnosis_tests())
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +204,7 @@ def test_a_serial_test_shows_the_pairs_and_the_saving(diag_page: str) -> None:
 
 
 def test_what_ifs_say_when_there_are_too_few_calls() -> None:
-    result = build_result([make_test("t.py::test_few", samples=3)], session=SESSION, run=RUN)
+    result = build([make_test("t.py::test_few", samples=3)])
     detail = build_view(result).details[0]
     assert detail.what_ifs is not None and not detail.what_ifs.fan_out
     assert "e2e: 3 successful calls, too few for what-ifs (needs 5)." in detail.what_ifs.notes
@@ -269,7 +267,5 @@ def test_markdown_has_one_line_per_finding_kind_and_errors_by_kind(
     assert "| sse\\_error:overloaded\\_error | 1 |" in errors
     assert "- 2 calls consumer-bound" in errors
     # A healthy run has neither section.
-    quiet = render_markdown(
-        build_result([make_test("t.py::test_ok", samples=6)], session=SESSION, run=RUN)
-    )
+    quiet = render_markdown(build([make_test("t.py::test_ok", samples=6)]))
     assert "### Errors" not in quiet

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from latency_data import RUN, SESSION, diagnosis_tests, make_test, sample_tests
+from latency_data import build, diagnosis_tests, make_test, sample_tests
 
 from pytest_latency.report import render_html
-from pytest_latency.results import build_result
 
 CHROMIUM = Path(os.environ.get("PYTEST_LATENCY_CHROMIUM", "/usr/bin/chromium"))
 
@@ -55,12 +54,12 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     small = root / "report.html"
     # The small report carries findings, what-ifs, errors of every kind and a hostile message.
     tests = sample_tests() + diagnosis_tests()
-    small.write_text(render_html(build_result(tests, session=SESSION, run=RUN)))
+    small.write_text(render_html(build(tests)))
     many = [
         make_test(f"tests/test_many.py::test_case[{i}]", seed=i, samples=3) for i in range(1000)
     ]
     big = root / "big.html"
-    big.write_text(render_html(build_result(many, session=SESSION, run=RUN)))
+    big.write_text(render_html(build(many)))
     return {"root": root, "small": small, "big": big}
 
 

@@ -12,24 +12,22 @@ from typing import Any
 
 import pytest
 from latency_data import (
-    RUN,
-    SESSION,
+    build,
     call_dict,
     call_metrics,
     diagnosis_tests,
     make_test,
+    pool_of,
     sample_tests,
 )
 
 from pytest_latency import stats
-from pytest_latency.aggregate import kept_calls, per_call_values
+from pytest_latency.catalogue import OTEL
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.results import (
-    OTEL,
     SCHEMA,
     ResultError,
     budget_status,
-    build_result,
     compare_results,
     dumps,
     load_result,
@@ -53,7 +51,7 @@ def tests_data() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def result(tests_data: list[dict[str, Any]]) -> dict[str, Any]:
-    return build_result(tests_data, session=SESSION, run=RUN)
+    return build(tests_data)
 
 
 def _test(result: dict[str, Any], fragment: str) -> dict[str, Any]:
@@ -73,8 +71,8 @@ def test_per_test_percentiles_are_the_budget_estimator_on_kept_successful_calls(
 ) -> None:
     data = tests_data[0]  # 1 warmup sample + 20 kept
     entry = result["tests"][0]
-    kept = [c.final for c in kept_calls(data) if not c.failed]
-    values = per_call_values("ttft", kept)
+    pool = pool_of(data)
+    values = [c.final.ttft for c in pool.calls if not c.failed and c.final.ttft is not None]
     assert len(values) == 20 and len(data["calls"]) == 21  # the warmup call is left out
     block = entry["metrics"]["ttft"]
     assert block["unit"] == "us" and block["count"] == 20
@@ -102,7 +100,7 @@ def test_absent_metrics_are_omitted_not_zero_filled() -> None:
     # A non-streaming call: no token timings, no usage.
     plain = call_metrics(t_start_ms=0, ttft_ms=None, e2e_ms=800, output_tokens=None)
     data["calls"] = [call_dict(0, plain)]
-    entry = build_result([data], session=SESSION, run=RUN)["tests"][0]
+    entry = build([data])["tests"][0]
     assert set(entry["metrics"]) >= {"e2e"}
     for absent in ("ttft", "ttfo", "tpot", "itl", "output_tokens"):
         assert absent not in entry["metrics"]
@@ -135,7 +133,7 @@ def test_retried_attempts_count_as_one_call() -> None:
     failed = call_metrics(t_start_ms=0, ttft_ms=None, e2e_ms=10, error="http_429")
     ok = call_metrics(t_start_ms=500, ttft_ms=200, e2e_ms=900, attempt=1)
     data["calls"] = [call_dict(0, failed, ok)]
-    entry = build_result([data], session=SESSION, run=RUN)["tests"][0]
+    entry = build([data])["tests"][0]
     assert (entry["call_count"], entry["retries"], entry["error_count"]) == (1, 1, 0)
     assert entry["retried_errors"] == {"http_429": 1}
     [row] = entry["timeline"]["samples"][0]["calls"]
@@ -170,7 +168,7 @@ def test_prefill_fit_recovers_a_linear_cost() -> None:
             )
         )
     data["calls"] = calls
-    prefill = build_result([data], session=SESSION, run=RUN)["tests"][0]["prefill"]
+    prefill = build([data])["tests"][0]["prefill"]
     assert prefill["slope_us_per_token"] == pytest.approx(250)
     assert prefill["intercept_us"] == pytest.approx(120_000)
     assert prefill["points"][0] == [500, 245_000, True]
@@ -248,22 +246,22 @@ def _without_volatile(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_merging_shards_equals_the_unsharded_run(tests_data: list[dict[str, Any]]) -> None:
-    whole = build_result(tests_data, session=SESSION, run=RUN)
-    first = build_result(tests_data[:2], session=SESSION, run=RUN)
-    second = build_result(tests_data[2:], session={"budgets": [], "partial": True}, run=RUN)
+    whole = build(tests_data)
+    first = build(tests_data[:2])
+    second = build(tests_data[2:], partial=True)
     merged = merge_results([first, second])
     assert _without_volatile(merged) == _without_volatile(whole)
     # Byte for byte, histograms included, once the run info is set aside.
     assert dumps(_without_volatile(merged)) == dumps(_without_volatile(whole))
     assert merged["run"]["partial"] is True and merged["run"]["shards"] == 2
     # And merging is associative with a third, empty shard.
-    empty = build_result([], session=SESSION, run=RUN)
+    empty = build([])
     assert _without_volatile(merge_results([merged, empty])) == _without_volatile(whole)
 
 
 def test_a_test_in_two_shards_is_kept_twice_and_marked(tests_data: list[dict[str, Any]]) -> None:
-    a = build_result(tests_data[:2], session=SESSION, run=RUN)
-    b = build_result(tests_data[1:3], session=SESSION, run=RUN)
+    a = build(tests_data[:2])
+    b = build(tests_data[1:3])
     merged = merge_results([a, b])
     twice = [t for t in merged["tests"] if t["nodeid"] == tests_data[1]["nodeid"]]
     assert [t["shard"] for t in twice] == [0, 1]
@@ -302,15 +300,9 @@ def test_load_names_the_file_and_the_problem(
 
 
 def test_compare_flags_a_significant_slowdown_only() -> None:
-    base = build_result(
-        [make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)], session=SESSION, run=RUN
-    )
-    slower = build_result(
-        [make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)], session=SESSION, run=RUN
-    )
-    noise = build_result(
-        [make_test("t.py::test_a", seed=3, samples=40, ttft_ms=300)], session=SESSION, run=RUN
-    )
+    base = build([make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)])
+    slower = build([make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)])
+    noise = build([make_test("t.py::test_a", seed=3, samples=40, ttft_ms=300)])
     flagged = compare_results(base, slower, tolerance=0.10)
     ttft = next(c for c in flagged.changes if c.nodeid == "t.py::test_a" and c.metric == "ttft")
     assert ttft.regression and ttft.p_value is not None and ttft.p_value < 0.01
@@ -323,7 +315,7 @@ def test_compare_flags_a_significant_slowdown_only() -> None:
 
 
 def test_empty_run_is_valid() -> None:
-    result = build_result([], session=SESSION, run=RUN)
+    result = build([])
     assert result["tests"] == [] and result["groups"] == {}
     assert result["session"]["metrics"] == {}
     assert result["session"]["cache_read_ratio"]["cache_fields"] == "absent"
@@ -351,7 +343,7 @@ def diag_data() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def diag_result(diag_data: list[dict[str, Any]]) -> dict[str, Any]:
-    return build_result(diag_data, session=SESSION, run=RUN)
+    return build(diag_data)
 
 
 def test_findings_and_what_ifs_reach_the_file_as_strict_json(diag_result: dict[str, Any]) -> None:
@@ -380,13 +372,13 @@ def test_findings_the_plugin_attached_are_copied_and_made_strict(
     data["findings"].append(
         {"kind": "prefill_bound", "message": "m", "evidence": {"share": math.nan, "x": math.inf}}
     )
-    entry = build_result([data], session=SESSION, run=RUN)["tests"][0]
+    entry = build([data])["tests"][0]
     assert entry["findings"][0] == diag_data[3]["findings"][0]  # unchanged
     assert entry["findings"][1]["evidence"] == {"share": None, "x": None}
     _strict_loads(dumps(entry))
     # Without findings in the data they are computed here, by the diagnosis itself.
     plain = make_test("t.py::test_plain", samples=3)
-    assert build_result([plain], session=SESSION, run=RUN)["tests"][0]["findings"] == [
+    assert build([plain])["tests"][0]["findings"] == [
         {
             "kind": "too_few_samples",
             "message": "prefill/decode split: 3 calls, too few to say (needs 5)",
@@ -438,9 +430,9 @@ def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[s
 
 
 def test_merged_rollup_findings_are_kept_per_shard(diag_data: list[dict[str, Any]]) -> None:
-    whole = build_result(diag_data, session=SESSION, run=RUN)
-    first = build_result(diag_data[:3], session=SESSION, run=RUN)
-    second = build_result(diag_data[3:], session=SESSION, run=RUN)
+    whole = build(diag_data)
+    first = build(diag_data[:3])
+    second = build(diag_data[3:])
     merged = merge_results([first, second])
     assert _without_volatile(merged) == _without_volatile(whole)
     # Per-test findings and what-ifs travel with their test, unchanged.
@@ -451,7 +443,7 @@ def test_merged_rollup_findings_are_kept_per_shard(diag_data: list[dict[str, Any
         {**f, "shard": 0} for f in first["session"]["findings"]
     ] + [{**f, "shard": 1} for f in second["session"]["findings"]]
     # With one shard that has calls, they are the run's own, unmarked.
-    empty = build_result([], session=SESSION, run=RUN)
+    empty = build([])
     alone = merge_results([whole, empty])
     assert alone["session"]["findings"] == whole["session"]["findings"]
     assert alone["groups"] == whole["groups"]

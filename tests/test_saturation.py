@@ -13,13 +13,14 @@ import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
 import openai  # noqa: F401
 import pytest
 from latency_data import call_metrics as synthetic
+from latency_data import pool_of
 
 import pytest_latency.sim  # noqa: F401
 from pytest_latency import capture
-from pytest_latency.aggregate import FLAGGED_EXPR, judge
 from pytest_latency.budgets import parse_expectation
+from pytest_latency.calls import Call
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics, call_metrics
-from pytest_latency.recording import Call
+from pytest_latency.verdicts import FLAGGED_EXPR, judge
 from pytest_latency.wire import LoopLag, WireRecord
 
 
@@ -114,19 +115,19 @@ def test_round_trip_and_old_data() -> None:
     data = m.to_dict()
     assert CallMetrics.from_dict(json.loads(json.dumps(data))) == m
     for key in ("loop_lag_max_ms", "client_saturated", "prompt_text", "output_text"):
-        del data[key]
+        data.pop(key, None)  # empty values are left out already
     old = CallMetrics.from_dict(data)
     assert (old.loop_lag_max_ms, old.client_saturated, old.prompt_text) == (None, False, None)
 
 
-# ---- the flagged-calls policy in aggregate -----------------------------------------------------
+# ---- the flagged-calls policy in the verdicts ------------------------------------------------
 
 
 def _data(calls: list[CallMetrics]) -> dict[str, Any]:
     return {
         "nodeid": "t",
         "samples": 1,
-        "calls": [Call(0, False, (c,)).to_dict() for c in calls],
+        "calls": [Call(0, False, (c,)).to_wire() for c in calls],
         "manual": [],
     }
 
@@ -147,13 +148,13 @@ def test_exclude_leaves_flagged_calls_out_of_timing_pools_but_not_counts() -> No
     expectations = [
         parse_expectation(e, source="t") for e in ("ttft.max < 500ms", "error_rate < 50%")
     ]
-    kept = judge(expectations, data)
+    kept = judge(expectations, pool_of(data))
     assert [j.passed for j in kept] == [False, True]
-    excluded = judge(expectations, data, flagged="exclude")
+    excluded = judge(expectations, pool_of(data), flagged="exclude")
     assert [j.passed for j in excluded] == [True, True]
     assert excluded[0].n == 9 and excluded[1].n == 11  # counts keep every call
 
-    only_flagged = judge(expectations[:1], _data(slow), flagged="exclude")
+    only_flagged = judge(expectations[:1], pool_of(_data(slow)), flagged="exclude")
     assert not only_flagged[0].passed
     assert "2 flagged call(s) excluded" in only_flagged[0].message
 
@@ -161,7 +162,7 @@ def test_exclude_leaves_flagged_calls_out_of_timing_pools_but_not_counts() -> No
 def test_fail_adds_a_judgement_naming_the_flags() -> None:
     calls = [make_call(), _saturated(make_call(), 150.0), make_call(consumer_bound=True)]
     expectations = [parse_expectation("ttft.p50 < 10s", source="t")]
-    judgements = judge(expectations, _data(calls), flagged="fail")
+    judgements = judge(expectations, pool_of(_data(calls)), flagged="fail")
     assert [j.expr for j in judgements] == ["ttft.p50 < 10s", FLAGGED_EXPR]
     failure = judgements[1]
     assert not failure.passed and failure.n == 3
@@ -169,10 +170,10 @@ def test_fail_adds_a_judgement_naming_the_flags() -> None:
     assert "1 consumer_bound" in failure.message
     assert "1 client_saturated (event-loop lag up to 150 ms" in failure.message
     # No flagged call, nothing added; no budget, nothing judged.
-    assert len(judge(expectations, _data([make_call()]), flagged="fail")) == 1
-    assert judge([], _data(calls), flagged="fail") == []
+    assert len(judge(expectations, pool_of(_data([make_call()])), flagged="fail")) == 1
+    assert judge([], pool_of(_data(calls)), flagged="fail") == []
     with pytest.raises(ValueError, match="flagged-calls policy"):
-        judge(expectations, _data(calls), flagged="drop")
+        judge(expectations, pool_of(_data(calls)), flagged="drop")
 
 
 # ---- end to end --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest_latency.sim  # noqa: F401
 from pytest_latency import instrument
 from pytest_latency.recording import Recording
 from pytest_latency.sim import LatencyModel, SimServer
+from pytest_latency.testdata import TestData
 from pytest_latency.wire import WireRecord
 
 pytest_plugins = ["pytester"]
@@ -35,7 +36,7 @@ def sim() -> Iterator[SimServer]:
 
 def _everything(recording: Recording) -> str:
     """Every stored byte of the records and of the per-test data, as one string."""
-    parts = [json.dumps(recording.to_data())]
+    parts = [json.dumps(TestData.of(recording.measured(), None).to_wire())]
     for entry in recording.entries:
         for f in dataclasses.fields(WireRecord):
             parts.append(repr(getattr(entry.record, f.name)))
@@ -63,7 +64,7 @@ def test_no_header_or_api_key_is_stored_by_either_sdk(sim: SimServer) -> None:
     assert API_KEY not in stored
     assert "Bearer" not in stored and "x-api-key" not in stored.lower()
     # The request body (prompt included) lives in the record during the test, never in the data.
-    data = json.dumps(recording.to_data())
+    data = json.dumps(TestData.of(recording.measured(), None).to_wire())
     assert all(e.record.request_body for e in recording.entries)
     assert "PURPLE-OKAPI" not in data
     assert "request_body" not in data

@@ -1,9 +1,11 @@
 """The metric catalogue: every metric name the product exposes, and what kind of value it is.
 
 Owns the names (they are public API, see docs/metrics.md), each metric's scope (per call, per
-chunk, per sample, or an aggregate over calls) and its dimension (time, tokens, ratio, count).
-The budget grammar validates against it and the metric computation produces exactly these names.
-It is a leaf: stdlib only, imports nothing from the package.
+chunk, per sample, or an aggregate over calls), its dimension (time, tokens, ratio, count), the
+unit its values are written in, and where it lands in the OpenTelemetry GenAI conventions. Every
+list of metrics elsewhere (the budget grammar, the pools, the result file's blocks, the compare
+command) is derived from it, so a new metric is one line here plus its computation. It is a leaf:
+stdlib only, imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -27,11 +29,39 @@ class Dimension(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class OtelMapping:
+    """Where a metric lands in the OpenTelemetry GenAI semantic conventions (status:
+    Development). `scale` converts our value to the OTel unit (µs → s is 1e-6). `kind` is
+    "metric" (a histogram instrument) or "attribute" (a span/usage attribute, no instrument)."""
+
+    name: str
+    unit: str
+    scale: float
+    kind: str = "metric"
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"name": self.name, "unit": self.unit, "scale": self.scale}
+        if self.kind != "metric":
+            out["kind"] = self.kind
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class MetricSpec:
     name: str
     scope: Scope
     dimension: Dimension
     summary: str
+    # ttfb and ttfo have no OTel counterpart and map to nothing rather than to a near miss.
+    otel: OtelMapping | None = None
+
+    @property
+    def unit(self) -> str:
+        """The unit the result file writes its values in: `us` for time, `tok` for tokens."""
+        return "tok" if self.dimension is Dimension.TOKENS else "us"
 
     @property
     def takes_stat(self) -> bool:
@@ -39,18 +69,75 @@ class MetricSpec:
         return self.scope is not Scope.AGGREGATE
 
 
+_TOKEN_USAGE = "gen_ai.client.token.usage"
+
+
+def _seconds(name: str) -> OtelMapping:
+    return OtelMapping(name, "s", 1e-6)
+
+
+def _tokens(kind: str) -> OtelMapping:
+    return OtelMapping(_TOKEN_USAGE, "{token}", 1.0, attributes=(("gen_ai.token.type", kind),))
+
+
 _SPECS = (
     MetricSpec("ttfb", Scope.CALL, Dimension.TIME, "request sent → response headers"),
-    MetricSpec("ttft", Scope.CALL, Dimension.TIME, "request sent → first content event"),
-    MetricSpec("ttfo", Scope.CALL, Dimension.TIME, "request sent → first non-reasoning output"),
-    MetricSpec("e2e", Scope.CALL, Dimension.TIME, "request sent → last content event"),
-    MetricSpec("tpot", Scope.CALL, Dimension.TIME, "(e2e − ttft) / (output_tokens − 1)"),
-    MetricSpec("itl", Scope.CHUNK, Dimension.TIME, "gap between successive content events"),
-    MetricSpec("input_tokens", Scope.CALL, Dimension.TOKENS, "all prompt tokens, cached included"),
-    MetricSpec("output_tokens", Scope.CALL, Dimension.TOKENS, "output tokens the server reported"),
-    MetricSpec("cache_read_tokens", Scope.CALL, Dimension.TOKENS, "prompt tokens read from cache"),
     MetricSpec(
-        "cache_write_tokens", Scope.CALL, Dimension.TOKENS, "prompt tokens written to cache"
+        "ttft",
+        Scope.CALL,
+        Dimension.TIME,
+        "request sent → first content event",
+        _seconds("gen_ai.client.operation.time_to_first_chunk"),
+    ),
+    MetricSpec("ttfo", Scope.CALL, Dimension.TIME, "request sent → first non-reasoning output"),
+    MetricSpec(
+        "e2e",
+        Scope.CALL,
+        Dimension.TIME,
+        "request sent → last content event",
+        _seconds("gen_ai.client.operation.duration"),
+    ),
+    MetricSpec(
+        "tpot",
+        Scope.CALL,
+        Dimension.TIME,
+        "(e2e − ttft) / (output_tokens − 1)",
+        _seconds("gen_ai.server.time_per_output_token"),
+    ),
+    MetricSpec(
+        "itl",
+        Scope.CHUNK,
+        Dimension.TIME,
+        "gap between successive content events",
+        _seconds("gen_ai.client.operation.time_per_output_chunk"),
+    ),
+    MetricSpec(
+        "input_tokens",
+        Scope.CALL,
+        Dimension.TOKENS,
+        "all prompt tokens, cached included",
+        _tokens("input"),
+    ),
+    MetricSpec(
+        "output_tokens",
+        Scope.CALL,
+        Dimension.TOKENS,
+        "output tokens the server reported",
+        _tokens("output"),
+    ),
+    MetricSpec(
+        "cache_read_tokens",
+        Scope.CALL,
+        Dimension.TOKENS,
+        "prompt tokens read from cache",
+        OtelMapping("gen_ai.usage.cache_read.input_tokens", "{token}", 1.0, kind="attribute"),
+    ),
+    MetricSpec(
+        "cache_write_tokens",
+        Scope.CALL,
+        Dimension.TOKENS,
+        "prompt tokens written to cache",
+        OtelMapping("gen_ai.usage.cache_creation.input_tokens", "{token}", 1.0, kind="attribute"),
     ),
     MetricSpec("cache_read_ratio", Scope.AGGREGATE, Dimension.RATIO, "Σ cache reads / Σ input"),
     MetricSpec("error_rate", Scope.AGGREGATE, Dimension.RATIO, "failed calls / all calls"),
@@ -61,3 +148,10 @@ _SPECS = (
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 
 TIME_METRICS = tuple(s.name for s in _SPECS if s.dimension is Dimension.TIME)
+TOKEN_METRICS = tuple(s.name for s in _SPECS if s.dimension is Dimension.TOKENS)
+# What a pool holds sorted values of, and the result file writes a block for: every per-call and
+# per-chunk metric, times first.
+POOLED_METRICS = tuple(s.name for s in _SPECS if s.scope in (Scope.CALL, Scope.CHUNK))
+# The timing metrics `compare` and the baseline gate hold two runs to.
+COMPARED_METRICS = ("ttft", "tpot", "itl", "e2e")
+OTEL = {s.name: s.otel for s in _SPECS if s.otel is not None}

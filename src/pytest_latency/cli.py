@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from pytest_latency import __version__
 
@@ -91,7 +90,9 @@ def _fail(message: str) -> int:
 
 
 def _write(path: str, text: str) -> None:
-    Path(path).write_text(text, encoding="utf-8")
+    from pytest_latency.results import write_atomic
+
+    write_atomic(path, text)
 
 
 def _report(args: argparse.Namespace) -> int:

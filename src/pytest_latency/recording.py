@@ -2,31 +2,37 @@
 
 Owns the per-test log that capture's records are routed into: which sample (one run of the test
 body) each attempt started in, whether that sample was warmup, manual values recorded by the test,
-and the grouping of SDK retries into one logical call. It turns the log into plain, JSON-able data
-that travels on the test report (and so across pytest-xdist) and into the public `latency`
-fixture object. May import `wire`, `metrics`, `catalogue`; never pytest.
+and the grouping of SDK retries into one logical call. Each attempt's `CallMetrics` is computed
+once, when its wire record has finished, and kept; the grouped calls are kept too until a new
+attempt arrives, so reading `latency.calls` in a loop, or judging after every look of sequential
+sampling, parses no call twice. Also the public `latency` fixture object. May import `wire`,
+`metrics`, `calls`, `catalogue`; never pytest.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
-from pytest_latency.catalogue import METRICS, Scope
+from pytest_latency.calls import OUTSIDE, Call, ManualValue
+from pytest_latency.catalogue import METRICS, Dimension, Scope
 from pytest_latency.wire import WireRecord
 
 if TYPE_CHECKING:
     from pytest_latency.metrics import CallMetrics
 
-# Sample index of attempts started outside any sample (fixture setup and teardown, or a body that
-# marks its own samples, between them): kept and counted (the result file's
-# unsampled_call_count), never budgeted.
-OUTSIDE = -1
+__all__ = ["OUTSIDE", "LatencyRecorder", "Measured", "Recording"]
+
+
+def _finished(record: WireRecord) -> bool:
+    # Nothing more is stamped on a record once its body ended, it closed or it failed.
+    return record.t_eof_ns is not None or record.t_closed_ns is not None or record.error is not None
 
 
 @dataclass(slots=True)
@@ -34,49 +40,68 @@ class _Entry:
     sample: int
     warmup: bool
     record: WireRecord
+    # Filled on first use: the metrics once the record has finished (a record still streaming
+    # is parsed afresh each time), and the retry-grouping key.
+    metrics: CallMetrics | None = None
+    key: tuple[str, bytes] | None = None
+
+    def call_metrics(self) -> CallMetrics:
+        if self.metrics is not None:
+            return self.metrics
+        from pytest_latency.metrics import call_metrics
+
+        finished = _finished(self.record)
+        metrics = call_metrics(self.record)
+        if finished:
+            self.metrics = metrics
+        return metrics
+
+    def retry_key(self) -> tuple[str, bytes]:
+        if self.key is None:
+            body = hashlib.blake2b(self.record.request_body, digest_size=16).digest()
+            self.key = (self.record.url, body)
+        return self.key
 
 
-def _call_metrics_class() -> type[CallMetrics]:
-    # Imported on first use: every test gets a Recording, most never parse a call.
-    from pytest_latency.metrics import CallMetrics
+class Measured(NamedTuple):
+    """What a recording holds (or what no report has carried yet): typed, not yet judged."""
 
-    return CallMetrics
+    nodeid: str
+    samples: int
+    warmup: int
+    calls: tuple[Call, ...]
+    manual: tuple[ManualValue, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One logical LLM call: its attempts (SDK retries) in order; the last one is the outcome."""
-
-    sample: int
-    warmup: bool
-    attempts: tuple[CallMetrics, ...]
-
-    @property
-    def final(self) -> CallMetrics:
-        return self.attempts[-1]
-
-    @property
-    def retries(self) -> int:
-        return len(self.attempts) - 1
-
-    @property
-    def failed(self) -> bool:
-        return self.final.error is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sample": self.sample,
-            "warmup": self.warmup,
-            "attempts": [a.to_dict() for a in self.attempts],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Call:
-        return cls(
-            sample=int(data["sample"]),
-            warmup=bool(data["warmup"]),
-            attempts=tuple(_call_metrics_class().from_dict(a) for a in data["attempts"]),
+def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
+    """Group attempts into calls: attempt n > 0 belongs to the latest call to the same URL with
+    the same request body whose last attempt is n − 1 (the SDKs resend the same bytes). Also
+    says whether every attempt had finished (only then can the grouping be kept)."""
+    groups: list[list[_Entry]] = []
+    open_by_key: dict[tuple[str, bytes], list[int]] = {}
+    for entry in entries:
+        key = entry.retry_key()
+        attempt = entry.record.attempt
+        target: int | None = None
+        if attempt > 0:
+            for index in reversed(open_by_key.get(key, [])):
+                if groups[index][-1].record.attempt == attempt - 1:
+                    target = index
+                    break
+        if target is None:
+            groups.append([entry])
+            open_by_key.setdefault(key, []).append(len(groups) - 1)
+        else:
+            groups[target].append(entry)
+    calls = tuple(
+        Call(
+            sample=group[0].sample,
+            warmup=group[0].warmup,
+            attempts=tuple(e.call_metrics() for e in group),
         )
+        for group in groups
+    )
+    return calls, all(e.metrics is not None for e in entries)
 
 
 @dataclass(slots=True)
@@ -86,7 +111,7 @@ class Recording:
 
     nodeid: str
     entries: list[_Entry] = field(default_factory=list)
-    manual: list[tuple[int, bool, str, float]] = field(default_factory=list)
+    manual: list[ManualValue] = field(default_factory=list)
     sample: int = OUTSIDE
     warmup: bool = False
     samples_run: int = 0
@@ -95,6 +120,9 @@ class Recording:
     # (fixture teardown) travels on the teardown report.
     reported: int = 0
     reported_manual: int = 0
+    # The grouped calls of the first `_grouped_upto` entries, while all of them had finished.
+    _grouped: tuple[Call, ...] = ()
+    _grouped_upto: int = -1
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sink(self, record: WireRecord) -> None:
@@ -121,71 +149,45 @@ class Recording:
             raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
         if spec.scope is Scope.AGGREGATE:
             raise ValueError(f"{metric!r} is computed over calls and cannot be recorded by hand")
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"latency.record({metric!r}, {value!r}): not a finite number")
         sample = self.sample if self.sample != OUTSIDE else max(self.samples_run - 1, 0)
-        self.manual.append((sample, self.warmup, metric, float(value)))
+        self.manual.append(ManualValue(sample, self.warmup, metric, number))
 
-    def calls(self, entries: list[_Entry] | None = None) -> list[Call]:
-        """Group attempts (of `entries`, default all) into calls: attempt n > 0 belongs to the
-        latest call to the same URL with the same request body whose last attempt is n − 1 (the
-        SDKs resend the same bytes)."""
-        entries = list(self.entries) if entries is None else entries
-        if not entries:
-            return []
-        from pytest_latency.metrics import call_metrics
+    def calls(self) -> tuple[Call, ...]:
+        """Every call so far, grouped; kept (not regrouped, not reparsed) until a new attempt
+        arrives, once all attempts have finished."""
+        count = len(self.entries)
+        if count == self._grouped_upto:
+            return self._grouped
+        calls, finished = _group(self.entries[:count])  # a copy: threads may still append
+        if finished:
+            self._grouped, self._grouped_upto = calls, count
+        return calls
 
-        calls: list[list[tuple[_Entry, CallMetrics]]] = []
-        open_by_key: dict[tuple[str, bytes], list[int]] = {}
-        for entry in entries:
-            record = entry.record
-            key = (record.url, hashlib.blake2b(record.request_body, digest_size=16).digest())
-            metrics = call_metrics(record)
-            target: int | None = None
-            if record.attempt > 0:
-                for index in reversed(open_by_key.get(key, [])):
-                    if calls[index][-1][0].record.attempt == record.attempt - 1:
-                        target = index
-                        break
-            if target is None:
-                calls.append([(entry, metrics)])
-                open_by_key.setdefault(key, []).append(len(calls) - 1)
-            else:
-                calls[target].append((entry, metrics))
-        return [
-            Call(
-                sample=group[0][0].sample,
-                warmup=group[0][0].warmup,
-                attempts=tuple(m for _, m in group),
-            )
-            for group in calls
-        ]
-
-    def to_data(self) -> dict[str, Any]:
-        """Plain data for the test report: what the controller aggregates and the files keep."""
-        return self._data(list(self.entries), self.manual)
+    def measured(self) -> Measured:
+        """Everything this recording holds."""
+        return Measured(
+            self.nodeid, self.samples_run, self.warmups_run, self.calls(), tuple(self.manual)
+        )
 
     @property
     def unreported(self) -> bool:
         return len(self.entries) > self.reported or len(self.manual) > self.reported_manual
 
-    def report_data(self) -> dict[str, Any]:
-        """`to_data()` of what no report has carried yet (everything, the first time); from now
-        on it counts as reported."""
+    def report(self) -> Measured:
+        """What no report has carried yet (everything, the first time); from now on it counts
+        as reported."""
         entries = self.entries[self.reported :]  # copies: threads may still append
         manual = self.manual[self.reported_manual :]
+        first = self.reported == 0
         self.reported += len(entries)
         self.reported_manual += len(manual)
-        return self._data(entries, manual)
-
-    def _data(
-        self, entries: list[_Entry], manual: list[tuple[int, bool, str, float]]
-    ) -> dict[str, Any]:
-        return {
-            "nodeid": self.nodeid,
-            "samples": self.samples_run,
-            "warmup": self.warmups_run,
-            "calls": [c.to_dict() for c in self.calls(entries)],
-            "manual": [list(m) for m in manual],
-        }
+        calls = self.calls() if first and len(entries) == len(self.entries) else None
+        if calls is None:
+            calls, _ = _group(entries)
+        return Measured(self.nodeid, self.samples_run, self.warmups_run, calls, tuple(manual))
 
 
 class LatencyRecorder:
@@ -210,19 +212,19 @@ class LatencyRecorder:
 
     @property
     def calls(self) -> list[Call]:
-        return [c for c in self._recording.calls() if c.sample >= 0 and not c.warmup]
+        return [c for c in self._recording.calls() if c.kept]
 
     @property
     def all_calls(self) -> list[Call]:
         """Every call, warmup and fixture-phase ones included."""
-        return self._recording.calls()
+        return list(self._recording.calls())
 
     def record(self, metric: str, value: float, unit: str = "s") -> None:
         """Record a value measured by hand; times take a unit (`s`, `ms`, `us`)."""
         scale = _TIME_UNITS.get(unit)
         if scale is None:
             raise ValueError(f"unknown unit {unit!r}; valid: {', '.join(_TIME_UNITS)}")
-        if METRICS.get(metric) and METRICS[metric].dimension.value == "time":
+        if METRICS.get(metric) and METRICS[metric].dimension is Dimension.TIME:
             value = value * scale
         self._recording.record_value(metric, value)
 

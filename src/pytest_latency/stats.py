@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "Estimate",
     "MannWhitney",
+    "SortedValues",
     "Verdict",
     "estimate_stat",
     "mann_whitney_u",
@@ -82,7 +83,26 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must be in [0.5, {_MAX_CONFIDENCE}], got {confidence!r}")
 
 
-def _sorted_finite(values: Iterable[float]) -> list[float]:
+class SortedValues(tuple[float, ...]):
+    """Finite values in ascending order, checked once: every estimator here takes them as they
+    are instead of sorting again (a test's pool is sorted once and judged, summarised and
+    reported many times). Build it with `SortedValues.of(values)`."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> SortedValues:
+        data = sorted(values)
+        if not all(math.isfinite(x) for x in data):
+            raise ValueError("values must be finite numbers (no NaN or infinity)")
+        return cls(data)
+
+
+def _sorted_finite(values: Iterable[float]) -> Sequence[float]:
+    if type(values) is SortedValues:
+        if not values:
+            raise ValueError("no values: the metric is absent, not zero")
+        return values
     data = sorted(values)
     if not data:
         raise ValueError("no values: the metric is absent, not zero")

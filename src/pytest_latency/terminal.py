@@ -1,15 +1,20 @@
 """Terminal output: the latency summary table printed at the end of a run.
 
-Owns the formatting of `TestSummary` rows for a terminal: fixed-width columns, durations in
-milliseconds, absent values shown as '-'. May import `aggregate`; never pytest (the plugin hands
-the lines to pytest's terminal reporter).
+Owns the layout of the summary for a terminal: fixed-width columns and the budget misses below
+them. Every figure is read from the test's pool (the same values the result file and the report
+show) and formatted by `units`; nothing is computed here. May import `testdata`, `pools` and
+`units`; never pytest (the plugin hands the lines to pytest's terminal reporter).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from pytest_latency.aggregate import TestSummary
+from pytest_latency import units
+
+if TYPE_CHECKING:
+    from pytest_latency.testdata import TestData
 
 _HEADERS = (
     "test",
@@ -25,37 +30,39 @@ _HEADERS = (
 )
 
 
-def _ms(value_us: float | None) -> str:
-    if value_us is None:
-        return "-"
-    ms = value_us / 1000
-    return f"{ms:.1f}ms" if ms < 1000 else f"{ms / 1000:.2f}s"
+def verdict(test: TestData) -> str:
+    """One word for a test: fail if any budget failed the gate, inconclusive if any was not
+    confident (whatever the policy made of it), pass, or "-" for a test without budgets."""
+    statuses = {j.status for j in test.judgements}
+    for status in ("fail", "inconclusive", "pass"):
+        if status in statuses:
+            return status
+    return "-"
 
 
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
-def summary_lines(summaries: Sequence[TestSummary], *, width: int = 48) -> list[str]:
-    rows = [
-        (
-            _shorten(s.nodeid, width),
-            str(s.samples),
-            str(s.calls),
-            str(s.errors),
-            _ms(s.ttft_p50),
-            _ms(s.ttft_p95),
-            _ms(s.tpot_p50),
-            _ms(s.e2e_p95),
-            _ratio(s.cache_read_ratio),
-            s.verdict,
+def summary_lines(tests: Sequence[TestData], *, width: int = 48) -> list[str]:
+    rows = []
+    for test in tests:
+        pool = test.pool
+        ratio = pool.cache_ratio()
+        rows.append(
+            (
+                _shorten(test.nodeid, width),
+                str(test.samples),
+                str(len(pool.calls)),
+                str(pool.errors),
+                units.duration(pool.percentile("ttft", 50)),
+                units.duration(pool.percentile("ttft", 95)),
+                units.duration(pool.percentile("tpot", 50)),
+                units.duration(pool.percentile("e2e", 95)),
+                units.ratio(ratio.value if ratio else None),
+                verdict(test),
+            )
         )
-        for s in summaries
-    ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
     lines = [_row(_HEADERS, widths)]
     lines.extend(_row(r, widths) for r in rows)
-    misses = [f"  {s.nodeid}: {j.message}" for s in summaries for j in s.judgements if not j.passed]
+    misses = [f"  {t.nodeid}: {j.message}" for t in tests for j in t.judgements if not j.passed]
     if misses:
         lines.append("budget misses:")
         lines.extend(misses)

@@ -2,24 +2,25 @@
 
 Owns the findings (DESIGN.md's stable kinds: prefill_bound, decode_bound, unstable_prefix,
 below_cache_minimum, cache_fields_absent, serial_independent_calls, consumer_bound,
-client_saturated, too_few_samples) and the what-ifs (fan-out to K parallel calls, hedging) computed
-from the per-test data a test report carries (`Recording.to_data()`), and their short terminal
-rendering. Pure functions, no state. May import the stdlib, `stats`, `budgets`, `metrics`,
-`recording` and `aggregate` (whose scope rules it reuses); never pytest. See docs/diagnosis.md.
+client_saturated, too_few_samples), their titles and order, the thresholds every check reads, the
+derived numbers they rest on (the prefill/decode split and its leaning, the prefill cost fit, how
+far a sample's calls overlap), the what-ifs (fan-out to K parallel calls, hedging) and their
+short terminal rendering. Everything is computed from a test's `pools.Pool` (or a group's pooled
+calls); the result file and the report print these numbers and never recompute them. Pure
+functions, no state. May import the stdlib, `stats`, `budgets`, `metrics`, `calls`, `pools` and
+`verdicts` (the `Judgement` type); never pytest. See docs/diagnosis.md.
 
-Private modules: `_finding` (the value, kinds, thresholds), `_phases` (prefill/decode), `_cache`
-(prompt-cache health), `_serial` (serial-but-independent calls, step counts), `_whatif` (fan-out
-and hedging on the smoothed empirical distribution).
+Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
+`_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
+`_whatif` (fan-out and hedging on the smoothed empirical distribution).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_latency import stats
-from pytest_latency.aggregate import kept_calls, per_call_values
-from pytest_latency.budgets import BudgetError, parse_expectation
 from pytest_latency.diagnose._cache import cache_findings, first_divergence
 from pytest_latency.diagnose._finding import (
     BELOW_CACHE_MINIMUM,
@@ -36,10 +37,24 @@ from pytest_latency.diagnose._finding import (
     UNSTABLE_PREFIX,
     Finding,
     Thresholds,
-    ms,
+    rank,
+    title,
 )
-from pytest_latency.diagnose._phases import PrefillFit, fit_prefill, phase_findings
-from pytest_latency.diagnose._serial import SampleSchedule, schedule, serial_findings, step_counts
+from pytest_latency.diagnose._phases import (
+    PhaseSplit,
+    PrefillFit,
+    fit_prefill,
+    phase_findings,
+    phase_split,
+)
+from pytest_latency.diagnose._serial import (
+    Overlap,
+    SampleSchedule,
+    overlap,
+    schedule,
+    serial_findings,
+    step_counts,
+)
 from pytest_latency.diagnose._whatif import (
     FAN_OUT_KS,
     HEDGE_PERCENTILES,
@@ -51,6 +66,10 @@ from pytest_latency.diagnose._whatif import (
     hedged_quantile,
 )
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
+
+if TYPE_CHECKING:
+    from pytest_latency.pools import Pool
+    from pytest_latency.verdicts import Judgement
 
 __all__ = [
     "BELOW_CACHE_MINIMUM",
@@ -69,6 +88,8 @@ __all__ = [
     "FanOutRow",
     "Finding",
     "Hedge",
+    "Overlap",
+    "PhaseSplit",
     "PrefillFit",
     "SampleSchedule",
     "SmoothCdf",
@@ -76,18 +97,18 @@ __all__ = [
     "diagnose_calls",
     "diagnose_test",
     "fan_out",
-    "findings_for_group",
-    "findings_for_test",
     "first_divergence",
     "fit_prefill",
     "hedge",
     "hedged_quantile",
+    "overlap",
+    "phase_split",
+    "rank",
     "schedule",
     "step_counts",
     "summary_lines",
-    "what_if_lines",
+    "title",
     "what_ifs",
-    "what_ifs_for_test",
 ]
 
 # What-ifs are computed for these per-call metrics: the whole answer, and the first token (the
@@ -130,14 +151,12 @@ def diagnose_calls(
     return found
 
 
-def _budget_findings(data: Mapping[str, Any]) -> list[Finding]:
+def _budget_findings(judgements: Iterable[Judgement]) -> list[Finding]:
     """too_few_samples for percentile budgets judged on fewer values than their bound needs."""
     found = []
-    for judgement in data.get("budgets", []):
-        expr, n = str(judgement.get("expr", "")), int(judgement.get("n", 0))
-        try:
-            expectation = parse_expectation(expr, source="diagnose")
-        except BudgetError:
+    for judgement in judgements:
+        expectation, n = judgement.expectation, judgement.n
+        if expectation is None:
             continue
         p = expectation.percentile
         if p is None or not 0 < p < 100 or n == 0:
@@ -146,6 +165,7 @@ def _budget_findings(data: Mapping[str, Any]) -> list[Finding]:
         bound: Literal["upper", "lower"] = "upper" if expectation.op.startswith("<") else "lower"
         needed = stats.min_samples_for(p, bound=bound)
         if n < needed:
+            expr = judgement.expr
             found.append(
                 Finding(
                     TOO_FEW_SAMPLES,
@@ -158,82 +178,40 @@ def _budget_findings(data: Mapping[str, Any]) -> list[Finding]:
     return found
 
 
-def diagnose_test(data: Mapping[str, Any], thresholds: Thresholds = DEFAULTS) -> list[Finding]:
-    """Every finding for one test's data (`Recording.to_data()`, with `budgets` if judged)."""
-    calls = kept_calls(dict(data))
-    finals = [c.final for c in calls]
-    found = diagnose_calls(finals, thresholds)
-    found.extend(serial_findings(calls, int(data.get("samples", 0)), thresholds))
-    found.extend(_budget_findings(data))
+def diagnose_test(
+    pool: Pool, thresholds: Thresholds = DEFAULTS, *, judgements: Iterable[Judgement] = ()
+) -> list[Finding]:
+    """Every finding for one test: over its pool's calls, per sample, and on its judgements."""
+    found = diagnose_calls(pool.finals, thresholds)
+    found.extend(serial_findings(pool, thresholds))
+    found.extend(_budget_findings(judgements))
     return found
 
 
-def findings_for_test(
-    data: Mapping[str, Any], thresholds: Thresholds = DEFAULTS
-) -> list[dict[str, Any]]:
-    """`diagnose_test` as plain data, for `data["findings"]` and the result file."""
-    return [f.to_dict() for f in diagnose_test(data, thresholds)]
-
-
-def findings_for_group(
-    name: str, tests: Iterable[Mapping[str, Any]], thresholds: Thresholds = DEFAULTS
-) -> list[dict[str, Any]]:
-    """Findings over a group's tests pooled (calls only; per-sample checks stay per test)."""
-    finals = [c.final for data in tests for c in kept_calls(dict(data))]
-    found = diagnose_calls(finals, thresholds)
-    return [Finding(f.kind, f.message, f.evidence, scope=name).to_dict() for f in found]
-
-
-def what_ifs(calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
-    """Fan-out and hedging for each of WHAT_IF_METRICS over successful calls (µs)."""
-    ok = [c for c in calls if c.error is None]
+def what_ifs(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
+    """Fan-out and hedging for each of WHAT_IF_METRICS over the pool's values (µs: the same
+    values the report's percentiles are read from, so K = 1 reproduces them), and the calls
+    per sample."""
     out: dict[str, Any] = {}
     for metric in WHAT_IF_METRICS:
-        values = per_call_values(metric, ok)
+        values = pool.values(metric)
         if len(values) < thresholds.min_calls:
             out[metric] = {"n": len(values), "too_few": True, "needed": thresholds.min_calls}
             continue
+        cdf = SmoothCdf(values)
         out[metric] = {
             "n": len(values),
-            "fan_out": [r.to_dict() for r in fan_out(values)],
-            "hedge": [hedge(values, p).to_dict() for p in HEDGE_PERCENTILES],
+            "fan_out": [r.to_dict() for r in fan_out(cdf)],
+            "hedge": [hedge(cdf, p).to_dict() for p in HEDGE_PERCENTILES],
         }
+    out["calls_per_sample"] = step_counts(pool)
     return out
 
 
-def what_ifs_for_test(data: Mapping[str, Any], thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
-    """The what-ifs of one test, plus its calls-per-sample distribution."""
-    calls = kept_calls(dict(data))
-    out = what_ifs([c.final for c in calls], thresholds)
-    out["calls_per_sample"] = step_counts(calls, int(data.get("samples", 0)))
-    return out
-
-
-def summary_lines(findings: Iterable[Finding | Mapping[str, Any]]) -> list[str]:
+def summary_lines(findings: Iterable[Finding]) -> list[str]:
     """One line per finding for the terminal summary: `kind: message`."""
     lines = []
-    for f in findings:
-        finding = f if isinstance(f, Finding) else Finding.from_dict(f)
+    for finding in findings:
         scope = f"[{finding.scope}] " if finding.scope else ""
         lines.append(f"{scope}{finding.kind}: {finding.message}")
-    return lines
-
-
-def what_if_lines(what: Mapping[str, Any]) -> list[str]:
-    """A two-line-per-metric terminal rendering of `what_ifs` (p99 under fan-out, hedging)."""
-    lines = []
-    for metric in WHAT_IF_METRICS:
-        entry = what.get(metric)
-        if not entry or entry.get("too_few"):
-            continue
-        rows = entry["fan_out"]
-        fan = " · ".join(f"K={r['k']} {ms(r['p99'])}{'' if r['supported'] else '?'}" for r in rows)
-        lines.append(f"{metric} p99 of the slowest of K parallel calls: {fan}")
-        for h in entry["hedge"]:
-            lines.append(
-                f"{metric} hedged at p{h['delay_percentile']:g} ({ms(h['delay'])}): "
-                f"p99 {ms(h['baseline_p99'])} → {ms(h['p99'])}, "
-                f"p95 {ms(h['baseline_p95'])} → {ms(h['p95'])}, "
-                f"+{100 * h['extra_load']:.0f}% requests"
-            )
     return lines

@@ -2,15 +2,16 @@
 
 Owns the `Finding` value, the list of stable kinds (DESIGN.md, "findings"), the thresholds every
 check reads (one frozen `Thresholds`, so a caller can tune them and the docs can list them) and
-the number formatting the messages share. Imports only the stdlib.
+the readable titles of the kinds and their order. Imports only the stdlib and `units`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from pytest_latency import units
 
 PREFILL_BOUND: Final = "prefill_bound"
 DECODE_BOUND: Final = "decode_bound"
@@ -19,21 +20,35 @@ BELOW_CACHE_MINIMUM: Final = "below_cache_minimum"
 CACHE_FIELDS_ABSENT: Final = "cache_fields_absent"
 SERIAL_INDEPENDENT_CALLS: Final = "serial_independent_calls"
 CONSUMER_BOUND: Final = "consumer_bound"
-# Reserved: no captured field yet says the client queued a request (pool limits, a semaphore);
-# nothing produces this kind until capture records time spent waiting for a connection.
 CLIENT_SATURATED: Final = "client_saturated"
 TOO_FEW_SAMPLES: Final = "too_few_samples"
-KINDS: Final = (
-    PREFILL_BOUND,
-    DECODE_BOUND,
-    UNSTABLE_PREFIX,
-    BELOW_CACHE_MINIMUM,
-    CACHE_FIELDS_ABSENT,
-    SERIAL_INDEPENDENT_CALLS,
-    CONSUMER_BOUND,
-    CLIENT_SATURATED,
-    TOO_FEW_SAMPLES,
-)
+# The stable kinds with their readable titles, in the order readers are shown them: the levers
+# first, the caveats last (docs/diagnosis.md).
+TITLES: Final[Mapping[str, str]] = {
+    PREFILL_BOUND: "Prefill-bound",
+    DECODE_BOUND: "Decode-bound",
+    SERIAL_INDEPENDENT_CALLS: "Serial calls that could run in parallel",
+    UNSTABLE_PREFIX: "Unstable prompt prefix",
+    BELOW_CACHE_MINIMUM: "Cache breakpoint below the provider's minimum",
+    CACHE_FIELDS_ABSENT: "Cache fields absent",
+    CONSUMER_BOUND: "Consumer-bound calls",
+    CLIENT_SATURATED: "Client saturated",
+    TOO_FEW_SAMPLES: "Too few samples",
+}
+KINDS: Final = tuple(TITLES)
+
+
+def title(kind: str, evidence: Mapping[str, Any] | None = None) -> str:
+    """A kind's readable title (an unknown kind, from a newer file, by its name)."""
+    if kind == TOO_FEW_SAMPLES and evidence and evidence.get("check") == "budget":
+        return "Too few samples for the budget"
+    return TITLES.get(kind, kind.replace("_", " ").capitalize())
+
+
+def rank(kind: str) -> int:
+    """Where a kind comes in the readers' order (unknown kinds last)."""
+    return KINDS.index(kind) if kind in TITLES else len(KINDS)
+
 
 # Smallest cacheable prompt prefix, in tokens, per API family (anchors.md §0/§7). Anthropic's is
 # 1,024 for most models, 2,048 for the Haiku models and 4,096 for some newer ones: pass the
@@ -71,6 +86,9 @@ class Thresholds:
     cache_min_tokens: int | Mapping[str, int] | None = None
     # serial_independent_calls: the overlap must save at least this much per sample (µs).
     serial_min_saving_us: float = 1000.0
+    # A test whose multi-call samples run at this concurrency or more runs its calls in parallel
+    # (fan-out); below it, one after another.
+    parallel_concurrency: float = 1.3
 
     def cache_minimum(self, api: str) -> int:
         if isinstance(self.cache_min_tokens, int):
@@ -112,17 +130,9 @@ class Finding:
         )
 
 
-def ms(us: float) -> str:
-    """A duration for messages: µs in, about three significant digits of ms out."""
-    value = us / 1000
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} ms"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    return f"{value:.{digits}f} ms"
-
-
-def percent(share: float) -> str:
-    return f"{100 * share:.0f}%"
+# Messages read their numbers the way every output does.
+ms = units.duration
+percent = units.percent
 
 
 def too_few(check: str, n: int, needed: int, unit: str = "calls") -> Finding:

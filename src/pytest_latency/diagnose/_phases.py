@@ -1,8 +1,9 @@
 """Prefill-bound or decode-bound: where a call's time goes, and the lever that follows.
 
-Owns the split of e2e at the first token (the median share of e2e spent before it), the least
-squares fit of ttft on uncached prompt tokens (the cost of prefill per 1k tokens), the decode cost
-(median tpot) and the `prefill_bound` / `decode_bound` findings built on them. Imports only the
+Owns the split of e2e at the first token (`PhaseSplit`: the median share of e2e spent before it,
+and which side of the thresholds it leans to), the least squares fit of ttft on uncached prompt
+tokens (the cost of prefill per 1k tokens, or why it cannot be fitted), the decode cost (median
+tpot) and the `prefill_bound` / `decode_bound` findings built on them. Imports only the
 stdlib, `pytest_latency.stats`, `pytest_latency.metrics` and its sibling `_finding`.
 """
 
@@ -97,42 +98,92 @@ def _median(values: Sequence[float]) -> float | None:
     return stats.percentile(values, 50) if values else None
 
 
-def phase_findings(
-    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
-) -> list[Finding]:
-    """prefill_bound / decode_bound over successful calls (a test's, or a group's pooled)."""
-    streamed = [
+@dataclass(frozen=True, slots=True)
+class PhaseSplit:
+    """Where the streamed calls' time goes: `share` is the median over calls of the share of e2e
+    before the first token (queueing, network, prefill); `leaning` says which side the
+    thresholds put it on ("prefill", "decode" or "balanced"). The one definition the findings,
+    the result file and the report all use."""
+
+    n: int
+    share: float
+    leaning: str
+    median_ttft_us: float | None
+    median_e2e_us: float | None
+    median_uncached_tokens: float | None
+    median_output_tokens: float | None
+    decode_us_per_token: float | None
+    fit: PrefillFit
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "share_before_first_token": self.share,
+            "median_ttft_us": self.median_ttft_us,
+            "median_e2e_us": self.median_e2e_us,
+            "median_uncached_input_tokens": self.median_uncached_tokens,
+            "median_output_tokens": self.median_output_tokens,
+            "decode_us_per_token": self.decode_us_per_token,
+            "prefill_fit": self.fit.to_dict(),
+        }
+
+
+def _streamed(calls: Sequence[CallMetrics]) -> list[CallMetrics]:
+    return [
         c
         for c in calls
         if c.error is None and c.ttft is not None and c.e2e is not None and c.e2e > 0
     ]
+
+
+def phase_split(
+    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
+) -> PhaseSplit | None:
+    """The split of the successful streamed calls among `calls`; None when there are none
+    (a non-streamed call has no first token to split at)."""
+    streamed = _streamed(calls)
     if not streamed:
-        return []  # non-streamed calls have no first token to split at: nothing to say
-    if len(streamed) < thresholds.min_calls:
-        return [too_few("prefill/decode split", len(streamed), thresholds.min_calls)]
+        return None
     share = stats.percentile([c.ttft / c.e2e for c in streamed if c.ttft and c.e2e], 50)
-    uncached = [float(u) for c in streamed if (u := uncached_tokens(c)) is not None]
-    outputs = [float(c.output_tokens) for c in streamed if c.output_tokens is not None]
-    tpots = [c.tpot for c in streamed if c.tpot is not None]
-    fit = fit_prefill(streamed, thresholds)
-    median_uncached = _median(uncached)
-    median_output = _median(outputs)
-    decode_us = _median(tpots)
-    evidence: dict[str, Any] = {
-        "n": len(streamed),
-        "share_before_first_token": share,
-        "median_ttft_us": _median([c.ttft for c in streamed if c.ttft is not None]),
-        "median_e2e_us": _median([c.e2e for c in streamed if c.e2e is not None]),
-        "median_uncached_input_tokens": median_uncached,
-        "median_output_tokens": median_output,
-        "decode_us_per_token": decode_us,
-        "prefill_fit": fit.to_dict(),
-    }
+    if share >= thresholds.prefill_share:
+        leaning = "prefill"
+    elif 1 - share >= thresholds.decode_share:
+        leaning = "decode"
+    else:
+        leaning = "balanced"
+    return PhaseSplit(
+        n=len(streamed),
+        share=share,
+        leaning=leaning,
+        median_ttft_us=_median([c.ttft for c in streamed if c.ttft is not None]),
+        median_e2e_us=_median([c.e2e for c in streamed if c.e2e is not None]),
+        median_uncached_tokens=_median(
+            [float(u) for c in streamed if (u := uncached_tokens(c)) is not None]
+        ),
+        median_output_tokens=_median(
+            [float(c.output_tokens) for c in streamed if c.output_tokens is not None]
+        ),
+        decode_us_per_token=_median([c.tpot for c in streamed if c.tpot is not None]),
+        fit=fit_prefill(streamed, thresholds),
+    )
+
+
+def phase_findings(
+    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
+) -> list[Finding]:
+    """prefill_bound / decode_bound over successful calls (a test's, or a group's pooled)."""
+    split = phase_split(calls, thresholds)
+    if split is None:
+        return []
+    if split.n < thresholds.min_calls:
+        return [too_few("prefill/decode split", split.n, thresholds.min_calls)]
+    share, fit, evidence = split.share, split.fit, split.evidence()
+    median_uncached = split.median_uncached_tokens
+    median_output = split.median_output_tokens
+    decode_us = split.decode_us_per_token
     found: list[Finding] = []
-    if (
-        share >= thresholds.prefill_share
-        and median_uncached is not None
-        and median_uncached >= thresholds.prefill_min_uncached_tokens
+    if split.leaning == "prefill" and (
+        median_uncached is not None and median_uncached >= thresholds.prefill_min_uncached_tokens
     ):
         if fit.slope is not None:
             cost = f"fitted {fit.slope:.2g} ms per 1k uncached tokens, n={fit.n}"
@@ -142,22 +193,20 @@ def phase_findings(
             Finding(
                 PREFILL_BOUND,
                 f"prefill-bound: {percent(share)} of e2e is before the first token (median of "
-                f"{len(streamed)} streamed calls, median {median_uncached:.0f} uncached prompt "
+                f"{split.n} streamed calls, median {median_uncached:.0f} uncached prompt "
                 f"tokens); shorten or cache the prompt ({cost})",
                 evidence,
             )
         )
-    if (
-        1 - share >= thresholds.decode_share
-        and median_output is not None
-        and median_output >= thresholds.decode_min_output_tokens
+    if split.leaning == "decode" and (
+        median_output is not None and median_output >= thresholds.decode_min_output_tokens
     ):
         rate = f" at {ms(decode_us)} per token" if decode_us is not None else ""
         found.append(
             Finding(
                 DECODE_BOUND,
                 f"decode-bound: {percent(1 - share)} of e2e is after the first token (median of "
-                f"{len(streamed)} streamed calls, median {median_output:.0f} output tokens"
+                f"{split.n} streamed calls, median {median_output:.0f} output tokens"
                 f"{rate}); ask for fewer output tokens or use a smaller/faster model",
                 evidence,
             )

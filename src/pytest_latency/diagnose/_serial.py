@@ -2,18 +2,20 @@
 
 Owns the dependency test between two calls of one sample (does the later request carry the earlier
 call's output?), the critical path through those dependencies, the time parallelism would have
-saved, the `serial_independent_calls` finding and the distribution of calls per sample. Imports
-only the stdlib, `pytest_latency.stats`, `pytest_latency.metrics`, `pytest_latency.recording` and
-its sibling `_finding`.
+saved, the `serial_independent_calls` finding, how far a sample's calls overlap (`Overlap`) and
+the distribution of calls per sample. Imports only the stdlib, `pytest_latency.stats`,
+`pytest_latency.metrics`, `pytest_latency.calls`, `pytest_latency.pools` (types) and its sibling
+`_finding`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_latency import stats
+from pytest_latency.calls import Call
 from pytest_latency.diagnose._finding import (
     DEFAULTS,
     SERIAL_INDEPENDENT_CALLS,
@@ -22,7 +24,9 @@ from pytest_latency.diagnose._finding import (
     ms,
 )
 from pytest_latency.metrics import contains_output
-from pytest_latency.recording import Call
+
+if TYPE_CHECKING:
+    from pytest_latency.pools import Pool
 
 # Pairs listed in the evidence per sample: a 200-step agent would otherwise list thousands.
 MAX_PAIRS = 20
@@ -97,12 +101,9 @@ def _union_us(spans: Sequence[tuple[int, int]]) -> float:
     return total / 1000
 
 
-def step_counts(calls: Sequence[Call], samples: int) -> dict[str, Any]:
+def step_counts(pool: Pool) -> dict[str, Any]:
     """The `calls` metric (agent step count) per kept sample, as a distribution."""
-    counts = [0] * samples
-    for call in calls:
-        if 0 <= call.sample < samples:
-            counts[call.sample] += 1
+    counts = pool.calls_per_sample()
     if not counts:
         return {"n": 0}
     values = [float(c) for c in counts]
@@ -116,11 +117,53 @@ def step_counts(calls: Sequence[Call], samples: int) -> dict[str, Any]:
     }
 
 
-def serial_findings(
-    calls: Sequence[Call], samples: int, thresholds: Thresholds = DEFAULTS
-) -> list[Finding]:
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """How a test's multi-call samples ran: the median number of calls per such sample, and
+    the median concurrency (time in calls summed over the sample's span: 1.0 is one call after
+    another, K is K calls side by side); `parallel` when that is at least the threshold."""
+
+    samples: int
+    median_calls: float
+    concurrency: float
+    parallel: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "median_calls": self.median_calls,
+            "concurrency": self.concurrency,
+            "parallel": self.parallel,
+        }
+
+
+def overlap(pool: Pool, thresholds: Thresholds = DEFAULTS) -> Overlap | None:
+    """The overlap of the samples that made more than one call; None when none did."""
     by_sample: dict[int, list[Call]] = {}
-    for call in calls:
+    for call in pool.calls:
+        by_sample.setdefault(call.sample, []).append(call)
+    levels: list[float] = []
+    sizes: list[float] = []
+    for calls in by_sample.values():
+        if len(calls) < 2:
+            continue
+        spans = [(c.attempts[0].t_start_ns, c.final.t_end_ns) for c in calls]
+        span = max(end for _, end in spans) - min(start for start, _ in spans)
+        if span <= 0:
+            continue
+        levels.append(sum(max(end - start, 0) for start, end in spans) / span)
+        sizes.append(float(len(calls)))
+    if not levels:
+        return None
+    level = stats.percentile(levels, 50)
+    return Overlap(
+        len(levels), stats.percentile(sizes, 50), level, level >= thresholds.parallel_concurrency
+    )
+
+
+def serial_findings(pool: Pool, thresholds: Thresholds = DEFAULTS) -> list[Finding]:
+    by_sample: dict[int, list[Call]] = {}
+    for call in pool.calls:
         by_sample.setdefault(call.sample, []).append(call)
     schedules = [schedule(s, cs) for s, cs in sorted(by_sample.items()) if len(cs) > 1]
     hits = [s for s in schedules if s.pairs and s.saving_us >= thresholds.serial_min_saving_us]
@@ -131,7 +174,7 @@ def serial_findings(
     savings = [s.saving_us for s in hits]
     typical = hits[0]
     saving = stats.percentile(savings, 50)
-    steps = step_counts(calls, samples)
+    steps = step_counts(pool)
     pairs_text = ", ".join(f"{i}→{j}" for i, j, _ in typical.pairs[:5])
     if len(typical.pairs) > 5:
         pairs_text += ", …"

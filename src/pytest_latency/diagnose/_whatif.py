@@ -26,7 +26,12 @@ class SmoothCdf:
     """The piecewise-linear empirical CDF whose inverse is `stats.percentile`."""
 
     def __init__(self, values: Iterable[float]) -> None:
-        self.xs = sorted(float(v) for v in values)
+        # A pool's values come sorted already (stats.SortedValues): not sorted again.
+        self.xs = (
+            values
+            if type(values) is stats.SortedValues
+            else stats.SortedValues.of(float(v) for v in values)
+        )
         if not self.xs:
             raise ValueError("no values: nothing to compute a what-if on")
 
@@ -73,10 +78,14 @@ class FanOutRow:
         }
 
 
-def fan_out(values: Sequence[float], ks: Iterable[int] = FAN_OUT_KS) -> list[FanOutRow]:
+def _cdf(values: SmoothCdf | Sequence[float]) -> SmoothCdf:
+    return values if isinstance(values, SmoothCdf) else SmoothCdf(values)
+
+
+def fan_out(values: SmoothCdf | Sequence[float], ks: Iterable[int] = FAN_OUT_KS) -> list[FanOutRow]:
     """p50/p99 of max(X1..Xk) for each k: P(max <= x) = F(x)^k, so its q-quantile is F's quantile
     at q^(1/k). Assumes the k calls are independent draws (no shared queue or rate limit)."""
-    cdf = SmoothCdf(values)
+    cdf = _cdf(values)
     rows = []
     for k in ks:
         if k < 1:
@@ -151,11 +160,11 @@ def hedged_quantile(cdf: SmoothCdf, delay: float, q: float) -> float:
     return hi
 
 
-def hedge(values: Sequence[float], delay_percentile: float) -> Hedge:
+def hedge(values: SmoothCdf | Sequence[float], delay_percentile: float) -> Hedge:
     """The distribution if a duplicate were sent at the measured `delay_percentile` (e.g. 95)."""
     if not 0 < delay_percentile < 100:
         raise ValueError(f"delay percentile must be in (0, 100), got {delay_percentile!r}")
-    cdf = SmoothCdf(values)
+    cdf = _cdf(values)
     delay = cdf.quantile(delay_percentile / 100)
     return Hedge(
         delay_percentile=delay_percentile,

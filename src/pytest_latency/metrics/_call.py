@@ -10,14 +10,16 @@ See docs/metrics.md.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from pytest_latency.metrics._body import DecodedBody, decode_reads
 from pytest_latency.metrics._fingerprint import (
+    PREFIX_HASH_CHARS,
     OutputText,
     estimated_tokens,
     output_print,
@@ -128,25 +130,70 @@ class CallMetrics:
         """Counts towards error_rate. An early break by the test (`incomplete` alone) does not."""
         return self.error is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data (it travels on test reports, across pytest-xdist)."""
+    def to_dict(self, *, fingerprints: bool = True) -> dict[str, Any]:
+        """Plain JSON-able data (it travels on test reports, across pytest-xdist): every field
+        but those holding their empty value (None, 0, False, "", ()), which `from_dict` restores.
+        `fingerprints=False` leaves out the request/output shingles, which only the per-test
+        serial-calls check reads: once a test is diagnosed they are ~90 % of a call's size."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
+        for name, empty in _empty_values().items():
+            value = getattr(self, name)
+            if value == empty and type(value) is type(empty):
+                continue
+            if not fingerprints and name in SERIAL_FINGERPRINTS:
+                continue
+            if name == "prefix_hashes" and all(len(h) == PREFIX_HASH_CHARS for h in value):
+                out[name] = "".join(value)  # fixed-width digests: one string, no separators
+                continue
+            out[name] = list(value) if isinstance(value, tuple) else value
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CallMetrics:
         kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name not in data:
-                if f.default is not MISSING:
-                    continue
-                raise KeyError(f"CallMetrics.from_dict: missing {f.name!r}")
-            value = data[f.name]
-            kwargs[f.name] = tuple(value) if isinstance(value, list) else value
+        for name, empty in _empty_values().items():
+            value = data.get(name, empty)
+            if name == "prefix_hashes" and isinstance(value, str):
+                value = [
+                    value[i : i + PREFIX_HASH_CHARS]
+                    for i in range(0, len(value), PREFIX_HASH_CHARS)
+                ]
+            kwargs[name] = tuple(value) if isinstance(value, list) else value
         return cls(**kwargs)
+
+    def without_fingerprints(self) -> CallMetrics:
+        """This call without the shingles only per-test diagnosis reads (see `to_dict`)."""
+        if not (self.request_shingles or self.output_shingles or self.output_digests):
+            return self
+        return replace(self, request_shingles=(), output_shingles=(), output_digests=())
+
+
+# The fields only the per-test serial-calls check reads (diagnose._serial).
+SERIAL_FINGERPRINTS: Final = frozenset({"request_shingles", "output_shingles", "output_digests"})
+
+
+@functools.cache
+def _empty_values() -> dict[str, object]:
+    """Each field's empty value, from its annotation: what an absent key in `to_dict`'s output
+    stands for (an optional field's None, a count's 0, a flag's False, a tuple's ())."""
+    empties: dict[str, object] = {}
+    for f in fields(CallMetrics):
+        kind = str(f.type)
+        if f.default is not MISSING:
+            empties[f.name] = f.default
+        elif kind.endswith("| None"):
+            empties[f.name] = None
+        elif kind.startswith("tuple"):
+            empties[f.name] = ()
+        elif kind == "bool":
+            empties[f.name] = False
+        elif kind == "int":
+            empties[f.name] = 0
+        elif kind == "str":
+            empties[f.name] = ""
+        else:  # pragma: no cover - a new field type needs its empty value here
+            raise TypeError(f"CallMetrics.{f.name}: no empty value for {kind}")
+    return empties
 
 
 @dataclass(slots=True)

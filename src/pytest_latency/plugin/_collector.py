@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
-from pytest_latency.plugin._sampling import attach_findings
 from pytest_latency.plugin._state import RunState, Settings
 
 if TYPE_CHECKING:
-    from pytest_latency.aggregate import Judgement
+    from pytest_latency.testdata import TestData
+    from pytest_latency.verdicts import Judgement
 
 
 class LatencyCollector:
@@ -31,42 +31,31 @@ class LatencyCollector:
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._position: dict[str, int] = {}  # a reported test's nodeid → its index in tests
 
-    def collect(self, report: pytest.TestReport, data: dict[str, Any]) -> None:
-        """One test's data, from its call report or, for calls made after it, its teardown
+    def collect(self, report: pytest.TestReport, test: TestData) -> None:
+        """One test's record, from its call report or, for calls made after it, its teardown
         report (this process's or a worker's)."""
-        from pytest_latency.aggregate import summarise
-
-        if data.get("teardown"):
-            data = {k: v for k, v in data.items() if k != "teardown"}
-            position = self._position.get(report.nodeid)
-            if position is not None:  # add the late calls to what the call report brought
-                known = self._run.tests[position]
-                data = {
-                    **known,
-                    "calls": known["calls"] + data["calls"],
-                    "manual": known["manual"] + data["manual"],
-                }
-            attach_findings(data)  # here, once, over all the test's calls (the tracker leaves it)
-            if position is not None:
-                self._run.tests[position] = data
-                self._run.summaries[position] = summarise(data, outcome=data["outcome"])
-                return
-        else:
-            data = {**data, "outcome": report.outcome}
+        position = self._position.get(report.nodeid)
+        if test.teardown and position is not None:
+            # The late calls join what the call report brought; they are fixtures' calls,
+            # outside any sample, so its pool, verdicts and findings stand.
+            self._run.tests[position] = self._run.tests[position].with_late(test)
+            return
+        if not test.teardown:
+            test.outcome = report.outcome
         self._position[report.nodeid] = len(self._run.tests)
-        self._run.tests.append(data)
-        self._run.summaries.append(summarise(data, outcome=data["outcome"]))
+        self._run.tests.append(test)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         result = yield
         budget_file = self._settings.budget_file
         if budget_file is not None and budget_file.session:
-            from pytest_latency.aggregate import judge_pooled
+            from pytest_latency.pools import Pool
+            from pytest_latency.verdicts import judge
 
-            judgements = judge_pooled(
+            judgements = judge(
                 budget_file.session,
-                self._run.tests,
+                Pool.merged(t.pool for t in self._run.tests),
                 policy=self._settings.policy,
                 flagged=self._settings.flagged,
             )
@@ -80,22 +69,28 @@ class LatencyCollector:
         return result
 
     def _result(self, session: pytest.Session, *, partial: bool) -> dict[str, Any]:
+        """The run's result file, built once (the baseline comparison and the outputs share
+        it unless the run was interrupted in between)."""
+        if self._built is not None and self._built[0] == partial:
+            return self._built[1]
         from pytest_latency.results import build_result
 
-        return build_result(
+        result = build_result(
             self._run.tests,
-            session={
-                "budgets": [j.to_dict() for j in self._run.session_judgements],
-                "partial": partial,
-            },
+            session_budgets=self._run.session_judgements,
+            partial=partial,
             run=run_info(session.config, self._started),
         )
+        self._built = (partial, result)
+        return result
+
+    _built: tuple[bool, dict[str, Any]] | None = None
 
     def _compare_with_baseline(self, session: pytest.Session) -> None:
         from pytest_latency.results import compare_results
 
         assert self._outputs.baseline is not None
-        budgeted = {t["nodeid"] for t in self._run.tests if t.get("budgets")}
+        budgeted = {t.nodeid for t in self._run.tests if t.judgements}
         head = self._result(session, partial=False)
         comparison = compare_results(
             self._outputs.baseline, head, tolerance=self._outputs.tolerance
@@ -116,7 +111,12 @@ class LatencyCollector:
         current = self._run.router.recording
         if current is not None and current.nodeid not in self._position:
             # Ctrl-C inside a test: keep what it measured, marked as such.
-            self._run.tests.append({**current.to_data(), "outcome": "interrupted"})
+            from pytest_latency.testdata import TestData
+
+            test = TestData.of(current.measured(), None)
+            test.outcome = "interrupted"
+            self._run.tests.append(test)
+            self._built = None
         if not (self._outputs.wanted or os.environ.get("GITHUB_STEP_SUMMARY")):
             return
         try:
@@ -126,11 +126,11 @@ class LatencyCollector:
             self._run.written = [f"pytest-latency could not write its outputs: {exc!r}"]
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self._run.summaries:
+        if self._run.tests:
             from pytest_latency.terminal import summary_lines
 
             terminalreporter.write_sep("=", "latency summary")
-            for line in summary_lines(self._run.summaries):
+            for line in summary_lines(self._run.tests):
                 terminalreporter.write_line(line)
         self._write_findings(terminalreporter)
         judgements: list[Judgement] = self._run.session_judgements
@@ -157,7 +157,7 @@ class LatencyCollector:
             self._annotate(terminalreporter)
 
     def _write_findings(self, terminalreporter: pytest.TerminalReporter) -> None:
-        diagnosed = [(t["nodeid"], t["findings"]) for t in self._run.tests if t.get("findings")]
+        diagnosed = [(t.nodeid, t.findings) for t in self._run.tests if t.findings]
         if not diagnosed:
             return
         from pytest_latency.diagnose import summary_lines as finding_lines
@@ -170,15 +170,15 @@ class LatencyCollector:
 
     def _annotate(self, terminalreporter: pytest.TerminalReporter) -> None:
         """GitHub error annotations on the test's file and line for each missed budget."""
-        for data in self._run.tests:
-            location = data.get("location") or [data["nodeid"].split("::")[0], None]
-            for budget in data.get("budgets", []):
-                if budget.get("passed", budget["verdict"] == "pass"):
+        for test in self._run.tests:
+            location = test.location or (test.nodeid.split("::")[0], None)
+            for judgement in test.judgements:
+                if judgement.passed:
                     continue
                 where = f"file={_escape_property(str(location[0]))}"
                 if location[1] is not None:
                     where += f",line={int(location[1]) + 1}"
-                message = _escape_data(f"{data['nodeid']}: {budget['message']}")
+                message = _escape_data(f"{test.nodeid}: {judgement.message}")
                 terminalreporter.write_line(f"::error {where},title=latency budget::{message}")
 
 

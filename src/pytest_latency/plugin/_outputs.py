@@ -12,9 +12,12 @@ import datetime
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_latency.results import ResultFile
 
 JSON_DESC = "Write the run's result file (JSON, schema pytest-latency/1, HDR histograms) to PATH"
 REPORT_DESC = "Write the self-contained HTML report to PATH"
@@ -32,7 +35,7 @@ class Outputs(NamedTuple):  # not a dataclass: see the Settings class in `_state
     report: Path | None = None
     markdown: Path | None = None
     save: Path | None = None
-    baseline: dict[str, Any] | None = None
+    baseline: ResultFile | None = None
     baseline_path: Path | None = None
     tolerance: float = 0.10
 
@@ -195,7 +198,6 @@ def write_outputs(outputs: Outputs, result: dict[str, Any]) -> list[str]:
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Atomically: a reader (or an interrupted run) never sees half a file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    from pytest_latency.results import write_atomic
+
+    write_atomic(path, text)

@@ -26,10 +26,11 @@ from pytest_latency.plugin._state import (
 from pytest_latency.policies import effective_policy
 
 if TYPE_CHECKING:
-    from pytest_latency.aggregate import Judgement
     from pytest_latency.budgets import Expectation
     from pytest_latency.plugin._routing import Router
     from pytest_latency.recording import Recording
+    from pytest_latency.testdata import TestData
+    from pytest_latency.verdicts import Judgement
 
 # The statistics, the budget grammar and the diagnosis are imported where a test needs them, not
 # at plugin load: pytest loads the plugin in every session of the environment.
@@ -123,7 +124,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
             node.stash[PLAN_KEY] = plan
             if config.pluginmanager.get_plugin(SAMPLER_NAME) is None:
                 router = config.stash[RUN_KEY].router
-                config.pluginmanager.register(Sampler(router, settings), SAMPLER_NAME)
+                sampler = Sampler(router, settings, worker=hasattr(config, "workerinput"))
+                config.pluginmanager.register(sampler, SAMPLER_NAME)
     if problems:
         report.outcome = "failed"
         report.longrepr = "\n".join(["pytest-latency: invalid latency marker", *problems])
@@ -146,20 +148,21 @@ _SUBTEST_REPORTS: tuple[type[pytest.TestReport], ...] = tuple(
 
 class TestTracker:
     """Tells the router which test runs now and when its body runs, hands an unplanned test's
-    data to its report, and passes every test's data on to `on_test_data` (the controller's
+    record to its report, and passes every test's record on to `on_test_data` (the controller's
     collector). A plugin object registered per config: pytest's logstart, logreport and
     logfinish hooks receive no config, and a pytest-xdist controller receives its workers'
     reports through them."""
 
     __test__ = False  # not a test class, whatever pytest's collection patterns say
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, *, worker: bool) -> None:
         self._router = router
+        self._worker = worker  # a pytest-xdist worker: records ride on reports as plain data
         self._outcome = "passed"  # the running test's outcome so far (setup, then call)
         # False on a pytest-xdist controller: its workers run the tests, and the logstart and
         # reports it sees are theirs, forwarded; a call the controller makes belongs to no test.
         self._runs_tests = True
-        self.on_test_data: Callable[[pytest.TestReport, dict[str, Any]], None] | None = None
+        self.on_test_data: Callable[[pytest.TestReport, TestData], None] | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # pytest-xdist registers its scheduler only on the controller of a distributed run.
@@ -181,48 +184,70 @@ class TestTracker:
     def pytest_runtest_teardown(self) -> None:
         self._router.end_plain_run()  # before the fixtures' teardown
 
-    # First: the data must be on the report before pytest-xdist forwards it or anyone reads it.
+    # First: the record must be on the report before pytest-xdist forwards it or anyone reads it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Already there: the sampler's (a planned test) or a worker's (on an xdist controller).
-        data = getattr(report, REPORT_ATTRIBUTE, None)
+        attached = getattr(report, REPORT_ATTRIBUTE, None)
+        test = _attached(attached)
         recording = self._router.recording
         when = report.when
         if when == "call":
             if isinstance(report, _SUBTEST_REPORTS):
                 return  # a subtest's report: its calls are the test's, reported with its own
             self._outcome = report.outcome
-            if data is None and recording is not None and recording.unreported:
-                data = _test_data(recording, report)
-                attach_findings(data)
-                setattr(report, REPORT_ATTRIBUTE, data)
+            if test is None and recording is not None and recording.unreported:
+                test = _diagnosed(_record_of(recording, report), ())
+                test.outcome = report.outcome
+                attach(report, test, worker=self._worker)
         elif when == "setup":
             self._outcome = report.outcome  # the test's outcome if its setup fails
-        elif data is None and recording is not None and recording.unreported:
+        elif test is None and recording is not None and recording.unreported:
             # Made after the call report (fixture teardown), or all of them when setup failed:
             # they travel on the teardown report, marked so the collector adds them up. They
             # are fixtures' calls and values, whatever sample was open: never pooled.
-            from pytest_latency.recording import OUTSIDE  # loaded: there is a recording
+            from pytest_latency.calls import OUTSIDE, ManualValue
 
-            data = _test_data(recording, report)
-            data["manual"] = [[OUTSIDE, *value[1:]] for value in data["manual"]]
-            data["teardown"] = True  # the collector diagnoses it with the test's earlier calls
-            data["outcome"] = self._outcome
-            setattr(report, REPORT_ATTRIBUTE, data)
-        if data is not None and self.on_test_data is not None:
-            self.on_test_data(report, data)
+            test = _record_of(recording, report)
+            test.manual = tuple(ManualValue(OUTSIDE, *m[1:]) for m in test.manual)
+            test.teardown = True
+            test.outcome = self._outcome
+            test = _diagnosed(test, ())
+            attach(report, test, worker=self._worker)
+        if test is not None and self.on_test_data is not None:
+            self.on_test_data(report, test)
 
     def pytest_runtest_logfinish(self) -> None:
         if self._runs_tests:
             self._router.finish()
 
 
+def _attached(attached: object) -> TestData | None:
+    """The record a report carries: the object itself (this process), or its plain data (a
+    pytest-xdist worker's report, rebuilt here once)."""
+    if attached is None:
+        return None
+    from pytest_latency.testdata import TestData
+
+    if isinstance(attached, TestData):
+        return attached
+    assert isinstance(attached, dict)
+    return TestData.from_wire(attached)
+
+
+def attach(report: pytest.TestReport, test: TestData, *, worker: bool) -> None:
+    """Put a test's record on its report: as plain data on a pytest-xdist worker (it crosses to
+    the controller), as the object itself in a single process (nothing to serialise)."""
+    setattr(report, REPORT_ATTRIBUTE, test.to_wire() if worker else test)
+
+
 class Sampler:
     """The hooks of tests with a sampling plan: the sample loop and the verdict."""
 
-    def __init__(self, router: Router, settings: Settings) -> None:
+    def __init__(self, router: Router, settings: Settings, *, worker: bool) -> None:
         self._router = router
         self._settings = settings
+        self._worker = worker
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -253,13 +278,16 @@ class Sampler:
         # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
         if not plan.budgeted or plan.max_samples <= plan.samples:
             return True
-        from pytest_latency.aggregate import confidence_for_looks, judge
+        from pytest_latency.pools import Pool
+        from pytest_latency.verdicts import confidence_for_looks, judge
 
         confidence = confidence_for_looks(plan.looks)
         while recording.samples_run < plan.max_samples:
+            # The recording keeps each call's metrics: a look parses only the new calls.
+            measured = recording.measured()
             verdicts = judge(
                 plan.expectations,
-                recording.to_data(),
+                Pool.of(measured.calls, measured.manual, measured.samples),
                 confidence=confidence,
                 flagged=self._settings.flagged,
             )
@@ -283,9 +311,10 @@ class Sampler:
             from pytest_latency.recording import Recording
 
             recording = Recording(item.nodeid)
-        data = _test_data(recording, report)
+        test = _record_of(recording, report)
+        judgements: Sequence[Judgement] = ()
         if plan.budgeted:
-            from pytest_latency.aggregate import confidence_for_looks, judge
+            from pytest_latency.verdicts import confidence_for_looks, judge
 
             policy = effective_policy(
                 self._settings.policy, sampled_sequentially=plan.max_samples > plan.samples
@@ -293,37 +322,41 @@ class Sampler:
             confidence = confidence_for_looks(plan.looks)
             judgements = judge(
                 plan.expectations,
-                data,
+                test.pool,
                 policy=policy,
                 confidence=confidence,
                 flagged=self._settings.flagged,
             )
-            data["confidence"] = confidence
-            data["budgets"] = [j.to_dict() for j in judgements]
-            data["policy"] = policy
-            data["flagged_policy"] = self._settings.flagged
+            test.judgements = tuple(judgements)
+            test.confidence = confidence
+            test.policy = policy
+            test.flagged_policy = self._settings.flagged
             _record_properties(item, report, judgements)
             if report.passed:
-                _fail_on_misses(report, judgements, data)
-        attach_findings(data)  # after the budgets: `too_few_samples` reads them
-        setattr(report, REPORT_ATTRIBUTE, data)
+                _fail_on_misses(report, test)
+        test.outcome = report.outcome
+        # After the budgets: `too_few_samples` reads them.
+        attach(report, _diagnosed(test, judgements), worker=self._worker)
         return report
 
 
-def _test_data(recording: Recording, report: pytest.TestReport) -> dict[str, Any]:
-    """What a test's report carries: what its recording holds that no report carried yet, as
-    plain data, and where the test is."""
-    data = recording.report_data()
-    data["location"] = [report.location[0], report.location[1]]
-    return data
+def _record_of(recording: Recording, report: pytest.TestReport) -> TestData:
+    """A test's record of what its recording holds that no report carried yet, and where the
+    test is."""
+    from pytest_latency.testdata import TestData
+
+    location = (str(report.location[0]), report.location[1])
+    return TestData.of(recording.report(), location)
 
 
-def attach_findings(data: dict[str, Any]) -> None:
-    """The diagnosis of a test's data, under `findings`, when it has calls to diagnose."""
-    if data["calls"]:
-        from pytest_latency import diagnose
+def _diagnosed(test: TestData, judgements: Sequence[Judgement]) -> TestData:
+    """The record with its findings, once it has calls to diagnose (what only the diagnosis
+    read leaves it then)."""
+    if not test.calls:
+        return test
+    from pytest_latency import diagnose
 
-        data["findings"] = diagnose.findings_for_test(data)
+    return test.diagnosed(diagnose.diagnose_test(test.pool, judgements=judgements))
 
 
 def _record_properties(
@@ -340,24 +373,20 @@ def _record_properties(
             report.user_properties.append(prop)
 
 
-def _fail_on_misses(
-    report: pytest.TestReport, judgements: Sequence[Judgement], data: dict[str, Any]
-) -> None:
-    if not data["calls"] and not data["manual"]:
+def _fail_on_misses(report: pytest.TestReport, test: TestData) -> None:
+    if not test.measured_anything:
         report.outcome = "failed"
         report.longrepr = NO_CALLS_HINT
         return
-    from pytest_latency.aggregate import FLAGGED_EXPR
+    from pytest_latency.verdicts import FLAGGED_EXPR
 
-    misses = [j for j in judgements if not j.passed]
+    misses = [j for j in test.judgements if not j.passed]
     if misses:
         report.outcome = "failed"
         budget_missed = any(j.expr != FLAGGED_EXPR for j in misses)
         header = "latency budget missed" if budget_missed else "flagged calls in a budgeted test"
         lines = [f"pytest-latency: {header}", *(f"  {j.message}" for j in misses)]
-        from pytest_latency.aggregate import error_counts, kept_calls
-
-        errors = error_counts(kept_calls(data))
+        errors = test.pool.error_counts()
         if errors:
             listed = ", ".join(f"{kind} ×{count}" for kind, count in errors.most_common())
             lines.append(f"  errors: {listed}")

@@ -6,7 +6,7 @@ sampling plan, and the run-wide state. Nothing here runs hooks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
@@ -15,10 +15,11 @@ from pytest_latency.plugin._routing import Router
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_latency.aggregate import Judgement, TestSummary
     from pytest_latency.attribution import Sink
     from pytest_latency.budgets import BudgetFile, Expectation
     from pytest_latency.sim import SimServer
+    from pytest_latency.testdata import TestData
+    from pytest_latency.verdicts import Judgement
 
 REPORT_ATTRIBUTE = "pytest_latency"
 COLLECTOR_NAME = "latency-collector"
@@ -71,7 +72,8 @@ class SamplingPlan(NamedTuple):
 
 
 class RunState:
-    """Run-wide state: on the controller, every test's data in arrival order (xdist interleaves)."""
+    """Run-wide state: on the controller, every test's record in arrival order (xdist
+    interleaves)."""
 
     __slots__ = (
         "outer_sink",
@@ -79,15 +81,13 @@ class RunState:
         "router",
         "session_judgements",
         "sim",
-        "summaries",
         "tests",
         "uninstall_auto_capture",
         "written",
     )
 
     def __init__(self) -> None:
-        self.tests: list[dict[str, Any]] = []
-        self.summaries: list[TestSummary] = []
+        self.tests: list[TestData] = []
         # The test running in this process and its recording: an interrupted run still reports
         # what that test measured.
         self.router = Router()

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pytest_latency.report import _format as fmt
+from pytest_latency import units as fmt
 
 WIDTH = 600
 HEIGHT = 230

@@ -2,11 +2,12 @@
 finding kinds, the evidence formatted in its units, the fan-out and hedging tables, and the
 failed calls by error kind.
 
-Owns how a finding reads (its title, which `css` tone it gets, the order kinds come in) and how
-evidence numbers are shown (µs as durations, shares as %, token counts as tokens). It reads what
-`results` wrote (`findings`, `what_ifs`, `error_kinds`, `errors`, `retried_errors`, `flags`) and
-computes nothing but counts and formatting. Plain text only: the template escapes everything.
-Stdlib only, plus the sibling `_format`.
+Owns how a finding reads (which `css` tone it gets; its title and the order kinds come in are
+`diagnose`'s) and how evidence numbers are shown (µs as durations, shares as %, token counts as
+tokens). It reads what `results` wrote (`findings`, `what_ifs`, `error_kinds`, `errors`,
+`retried_errors`, `flags`) and computes nothing but counts and formatting. Plain text only:
+the template escapes everything. May import `units` and `diagnose` (titles and order of the
+kinds); never jinja2.
 """
 
 from __future__ import annotations
@@ -15,32 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_latency.report import _format as fmt
+from pytest_latency import units as fmt
+from pytest_latency.diagnose import rank, title
 
-# Readable titles of the stable kinds (docs/diagnosis.md); an unknown kind is shown by its name.
-TITLES: dict[str, str] = {
-    "prefill_bound": "Prefill-bound",
-    "decode_bound": "Decode-bound",
-    "unstable_prefix": "Unstable prompt prefix",
-    "below_cache_minimum": "Cache breakpoint below the provider's minimum",
-    "cache_fields_absent": "Cache fields absent",
-    "serial_independent_calls": "Serial calls that could run in parallel",
-    "consumer_bound": "Consumer-bound calls",
-    "client_saturated": "Client saturated",
-    "too_few_samples": "Too few samples",
-}
-# The order kinds are listed in: the levers first, the caveats last.
-ORDER = (
-    "prefill_bound",
-    "decode_bound",
-    "serial_independent_calls",
-    "unstable_prefix",
-    "below_cache_minimum",
-    "cache_fields_absent",
-    "consumer_bound",
-    "client_saturated",
-    "too_few_samples",
-)
 TONES = {
     "prefill_bound": "prefill",
     "decode_bound": "decode",
@@ -125,12 +103,6 @@ class ErrorRow:
     detail: str
     tests: tuple[tuple[str, str | None, str], ...] = ()  # (nodeid, anchor, "×2 failed"), run level
     more_tests: int = 0
-
-
-def title(kind: str, evidence: Mapping[str, Any] | None = None) -> str:
-    if kind == "too_few_samples" and evidence and evidence.get("check") == "budget":
-        return "Too few samples for the budget"
-    return TITLES.get(kind, kind.replace("_", " ").capitalize())
 
 
 def _short(text: str, limit: int = MAX_TEXT) -> str:
@@ -261,17 +233,13 @@ def finding_view(
     )
 
 
-def _rank(kind: str) -> int:
-    return ORDER.index(kind) if kind in ORDER else len(ORDER) - 1
-
-
 def findings_of_test(test: Mapping[str, Any], anchor: str | None) -> tuple[FindingView, ...]:
     found = [
         finding_view(f, test=str(test["nodeid"]), anchor=anchor)
         for f in test.get("findings", [])
         if isinstance(f, Mapping)
     ]
-    return tuple(sorted(found, key=lambda f: _rank(f.kind)))
+    return tuple(sorted(found, key=lambda f: rank(f.kind)))
 
 
 def by_kind(
@@ -294,11 +262,11 @@ def by_kind(
             if len(items) < TESTS_PER_KIND:
                 items.append(finding_view(finding, test=str(test["nodeid"]), anchor=anchors[index]))
     groups = []
-    for kind in sorted(grouped, key=_rank):
+    for kind in sorted(grouped, key=rank):
         first = grouped[kind][0]
         count = len(seen[kind])
         # A too-few-samples kind mixes budget and check findings: one title for both.
-        heading = TITLES.get(kind, first.title)
+        heading = title(kind)
         groups.append(
             KindGroup(
                 kind,
@@ -330,7 +298,7 @@ def rollup_findings(
     for places in found.values():
         scopes = " · ".join(dict.fromkeys(name for name, _ in places))
         out.append(finding_view(places[0][1], scope=scopes))
-    return tuple(sorted(out, key=lambda f: _rank(f.kind)))
+    return tuple(sorted(out, key=lambda f: rank(f.kind)))
 
 
 def _cell(value: Any) -> str:

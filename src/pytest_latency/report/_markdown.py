@@ -13,8 +13,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_latency import units as fmt
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.report import _format as fmt
 from pytest_latency.results import Comparison, MetricChange, budget_status, verdict_counts
 
 MAX_ROWS = 200

@@ -11,23 +11,21 @@ helpers), `histogram` (to read a block's buckets) and its siblings; never jinja2
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_latency import units as fmt
+from pytest_latency.diagnose import title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.report import _format as fmt
 from pytest_latency.results import budget_status, verdict_counts
 
 # Full per-test details (statements, tables, what-ifs, four charts: ~25 kB each) for at most this
 # many tests, failing budgets first, then inconclusive ones, then the slowest by e2e p95, so a
 # 1,000-test run stays under 2 MB; the tables still list every test and every budget.
 DETAIL_LIMIT = 25
-PREFILL_BOUND = 0.6
-DECODE_BOUND = 0.4
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,39 +191,46 @@ def _budget_row(
 
 
 def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
+    """The time split as `diagnose` made it: its share, its leaning, its prefill fit (or why
+    there is none); nothing here decides which side a share is on."""
     phase = test.get("phase") or {}
     share = phase.get("prefill_share")
     if share is None:
         return None
     prefill = test.get("prefill") or {}
     slope, intercept = prefill.get("slope_us_per_token"), prefill.get("intercept_us")
-    fit = ""
-    if slope is not None and intercept is not None and slope > 0:
+    if slope is not None and intercept is not None:
         fit = (
             f" Fitted prefill cost: {fmt.duration(slope * 1000)} per 1,000 uncached input "
             f"tokens, plus {fmt.duration(max(intercept, 0.0))} fixed."
         )
+    elif prefill.get("note"):
+        fit = f" Prefill cost not fitted: {prefill['note']}."
+    else:
+        fit = ""
     n = phase.get("n", 0)
-    if share >= PREFILL_BOUND:
+    over = f"median of {n} streamed calls"
+    leaning = phase.get("leaning")
+    if leaning == "prefill":
         return Statement(
             "prefill",
             "Mostly before the first token",
             f"{fmt.ratio(share)} of the time is before the first token (queueing, network, "
-            f"prompt processing), {fmt.ratio(1 - share)} streaming, over {n} calls.{fit}",
+            f"prompt processing), {fmt.ratio(1 - share)} streaming ({over}).{fit}",
         )
     tpot = _stat(_metric(test, "tpot"), "p50")
-    if share <= DECODE_BOUND:
+    if leaning == "decode":
         return Statement(
             "decode",
             "Mostly streaming",
             f"{fmt.ratio(1 - share)} of the time is streaming after the first token "
-            f"(tpot p50 {tpot}), {fmt.ratio(share)} before it, over {n} calls.{fit}",
+            f"(tpot p50 {tpot}), {fmt.ratio(share)} before it ({over}).{fit}",
         )
     return Statement(
         "balanced",
-        "Prefill ≈ decode",
+        "Prefill ≈ decode" if leaning == "balanced" else "Time split",
         f"{fmt.ratio(share)} before the first token, {fmt.ratio(1 - share)} streaming "
-        f"(tpot p50 {tpot}), over {n} calls.{fit}",
+        f"(tpot p50 {tpot}; {over}).{fit}",
     )
 
 
@@ -260,33 +265,31 @@ def _cache_statement(ratio: Mapping[str, Any], usage: Mapping[str, Any] | None) 
 
 
 def _calls_statement(test: Mapping[str, Any]) -> Statement | None:
-    per_sample = test.get("calls_per_sample") or []
-    if not per_sample or max(per_sample) <= 1:
+    """How the samples' calls ran, as `diagnose` measured it; "could run concurrently" only
+    when its dependency test found independent serial calls (the finding)."""
+    shape = test.get("concurrency")
+    if not isinstance(shape, Mapping):
         return None
-    concurrency = []
-    for sample in test.get("timeline", {}).get("samples", []):
-        rows = sample["calls"]
-        if len(rows) < 2:
-            continue
-        span = max(r[2] for r in rows) - min(r[0] for r in rows)
-        busy = sum(r[2] - r[0] for r in rows)
-        if span > 0:
-            concurrency.append(busy / span)
-    median_calls = statistics.median(per_sample)
-    if not concurrency:
-        return None
-    level = statistics.median(concurrency)
-    if level >= 1.3:
+    calls, level = shape.get("median_calls", 0), shape.get("concurrency", 1.0)
+    if shape.get("parallel"):
         return Statement(
             "info",
             "Fan-out",
-            f"{median_calls:g} calls per sample (median) overlap: ×{level:.1f} concurrency.",
+            f"{calls:g} calls per sample (median) overlap: ×{level:.1f} concurrency.",
+        )
+    kinds = {f.get("kind") for f in test.get("findings", []) if isinstance(f, Mapping)}
+    if "serial_independent_calls" in kinds:
+        return Statement(
+            "info",
+            "Serial calls",
+            f"{calls:g} calls per sample (median) run one after another "
+            f"(×{level:.1f} concurrency); independent ones could run concurrently.",
         )
     return Statement(
         "info",
-        "Serial calls",
-        f"{median_calls:g} calls per sample (median) run one after another "
-        f"(×{level:.1f} concurrency); independent ones could run concurrently.",
+        "Chained calls",
+        f"{calls:g} calls per sample (median) run one after another (×{level:.1f} "
+        "concurrency), each carrying an earlier call's output or not told apart.",
     )
 
 
@@ -435,7 +438,7 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
 
 def _finding_titles(test: Mapping[str, Any]) -> str:
     kinds = [str(f.get("kind")) for f in test.get("findings", []) if isinstance(f, Mapping)]
-    return ", ".join(diag.title(k) for k in dict.fromkeys(kinds) if k != "too_few_samples")
+    return ", ".join(title(k) for k in dict.fromkeys(kinds) if k != "too_few_samples")
 
 
 def _priority(index: int, test: Mapping[str, Any]) -> tuple[int, float, int]:

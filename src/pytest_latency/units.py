@@ -1,6 +1,9 @@
-"""Human formatting of the result file's numbers for the reports: durations, tokens, ratios,
-relative changes. Owns the rule that an absent value shows as an en dash, never as 0.
-Stdlib only; imports nothing from the package.
+"""Numbers for people: durations, token counts, ratios and relative changes as text.
+
+The one owner of how a value reads wherever it is shown (the terminal summary, finding messages,
+the HTML report, the Markdown summary), and of the rule that an absent value shows as an en dash,
+never as 0. Budget values are the exception: they render in the unit their author wrote
+(`budgets.Expectation.format_value`). A leaf: stdlib only, imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ def tokens(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return ABSENT
     return f"{value:,.0f} tok"
+
+
+def percent(share: float | None) -> str:
+    """A share as a whole percentage (`0.456` → `46%`); the same text as `ratio`."""
+    return ratio(share)
 
 
 def value(metric_unit: str, number: float | None) -> str:

@@ -1,0 +1,82 @@
+"""The units a test's measurements are made of: a logical call and a value recorded by hand.
+
+Owns `Call` (one LLM call: its attempts, SDK retries included, each a `CallMetrics` computed once
+when its wire record finished), `ManualValue` (a value the test recorded itself), which of them a
+budget pools (`kept`: a call or value of a kept, non-warmup sample) and their plain-data form on
+the test report. May import `metrics` (for the `CallMetrics` type) and `catalogue`; never pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from pytest_latency.metrics import CallMetrics
+
+# Sample index of attempts started outside any sample (fixture setup and teardown, or a body that
+# marks its own samples, between them): kept and counted (the result file's
+# unsampled_call_count), never budgeted.
+OUTSIDE = -1
+
+# The plain-data form of a call on the test report (JSON-able; pytest-xdist forwards it as is).
+CallWire = dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One logical LLM call: its attempts (SDK retries) in order; the last one is the outcome."""
+
+    sample: int
+    warmup: bool
+    attempts: tuple[CallMetrics, ...]
+
+    @property
+    def final(self) -> CallMetrics:
+        return self.attempts[-1]
+
+    @property
+    def retries(self) -> int:
+        return len(self.attempts) - 1
+
+    @property
+    def failed(self) -> bool:
+        return self.final.error is not None
+
+    @property
+    def kept(self) -> bool:
+        """Made in a kept sample (not warmup, not a fixture's): what budgets pool."""
+        return self.sample >= 0 and not self.warmup
+
+    def to_wire(self, *, fingerprints: bool = True) -> CallWire:
+        return {
+            "sample": self.sample,
+            "warmup": self.warmup,
+            "attempts": [a.to_dict(fingerprints=fingerprints) for a in self.attempts],
+        }
+
+    @classmethod
+    def from_wire(cls, data: CallWire) -> Call:
+        from pytest_latency.metrics import CallMetrics
+
+        attempts = data["attempts"]
+        assert isinstance(attempts, list)
+        return cls(
+            sample=int(data["sample"]),  # type: ignore[call-overload]
+            warmup=bool(data["warmup"]),
+            attempts=tuple(CallMetrics.from_dict(a) for a in attempts),
+        )
+
+
+class ManualValue(NamedTuple):
+    """A value the test measured itself (`latency.record`, `latency.timer`), in the metric's
+    base unit (µs for time)."""
+
+    sample: int
+    warmup: bool
+    metric: str
+    value: float
+
+    @property
+    def kept(self) -> bool:
+        return self.sample >= 0 and not self.warmup

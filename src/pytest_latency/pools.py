@@ -1,0 +1,197 @@
+"""The pool of values: what one test (or several pooled) measured, as every reader reads it.
+
+Owns `Pool`: a test's kept calls (those of kept, non-warmup samples), their final attempts, the
+successful ones, the sorted values of every per-call and per-chunk metric (successful calls plus
+the values recorded by hand), the calls of each sample, the prompt-cache ratio, errors and
+retries. It is built once per test and read by the verdicts, the diagnosis, the terminal, the
+result file and the report, so a figure they share is one figure. Subsets (a budget's
+`{model=...}` filters, the unflagged calls) are pools too, built on first use and kept.
+
+May import `calls`, `metrics` (types), `catalogue` and `stats`; never pytest, never the layers
+that read it (verdicts, diagnose, results, report).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from pytest_latency.calls import Call, ManualValue
+from pytest_latency.catalogue import POOLED_METRICS
+from pytest_latency.stats import SortedValues
+
+if TYPE_CHECKING:
+    from pytest_latency.metrics import CallMetrics
+
+Filters = tuple[tuple[str, str], ...]
+
+
+class CacheRatio(NamedTuple):
+    """Σ cache reads / Σ input tokens over the `calls` successful calls that reported cache
+    fields (DESIGN: absent when none did, never 0)."""
+
+    read_tokens: int
+    input_tokens: int
+    calls: int
+
+    @property
+    def value(self) -> float | None:
+        return self.read_tokens / self.input_tokens if self.input_tokens else None
+
+
+class _Part(NamedTuple):
+    """One test's share of a pool: its kept calls and how many samples it ran (a sample that
+    made no call still counts, with 0 calls)."""
+
+    calls: tuple[Call, ...]
+    samples: int
+
+
+def _matches(call: CallMetrics, filters: Filters) -> bool:
+    for key, value in filters:
+        actual = {"model": call.model, "endpoint": call.endpoint, "api": call.api}.get(key)
+        if actual != value:
+            return False
+    return True
+
+
+def call_values(calls: Iterable[CallMetrics], metric: str) -> list[float]:
+    """What `calls` contribute to a per-call or per-chunk metric: each call's value where it
+    has one (absent stays absent), every gap for `itl`."""
+    raw: list[float] = []
+    if metric == "itl":
+        for call in calls:
+            raw.extend(call.itl)
+    else:
+        for call in calls:
+            value = getattr(call, metric)
+            if value is not None:
+                raw.append(float(value))
+    return raw
+
+
+def cache_ratio(calls: Iterable[CallMetrics]) -> CacheRatio | None:
+    """Σ cache reads / Σ input over the calls that reported cache fields; None when none did."""
+    reporting = [c for c in calls if c.cache_fields_reported and c.input_tokens is not None]
+    if not reporting:
+        return None
+    return CacheRatio(
+        sum(c.cache_read_tokens or 0 for c in reporting),
+        sum(c.input_tokens or 0 for c in reporting),
+        len(reporting),
+    )
+
+
+class Pool:
+    """The values of kept calls (and kept hand-recorded values) of one or more tests."""
+
+    __slots__ = ("_cache", "_parts", "_subsets", "calls", "finals", "manual", "ok")
+
+    def __init__(self, parts: Sequence[_Part], manual: Sequence[ManualValue]) -> None:
+        self._parts = tuple(parts)
+        self.calls: tuple[Call, ...] = tuple(c for part in self._parts for c in part.calls)
+        self.finals: tuple[CallMetrics, ...] = tuple(c.final for c in self.calls)
+        self.ok: tuple[CallMetrics, ...] = tuple(f for f in self.finals if f.error is None)
+        self.manual: tuple[ManualValue, ...] = tuple(manual)
+        self._cache: dict[str, SortedValues] = {}
+        self._subsets: dict[tuple[Filters, bool], Pool] = {}
+
+    @classmethod
+    def of(cls, calls: Iterable[Call], manual: Iterable[ManualValue], samples: int) -> Pool:
+        """One test's pool from all its calls and values (only the kept ones are pooled)."""
+        return cls(
+            [_Part(tuple(c for c in calls if c.kept), samples)], [m for m in manual if m.kept]
+        )
+
+    @classmethod
+    def merged(cls, pools: Iterable[Pool]) -> Pool:
+        """Several tests pooled (session and group budgets, rollups)."""
+        pools = list(pools)
+        return cls([p for pool in pools for p in pool._parts], [m for p in pools for m in p.manual])
+
+    # ---- values --------------------------------------------------------------------------------
+
+    def values(self, metric: str) -> SortedValues:
+        """The sorted values of a per-call or per-chunk metric: every successful call that has
+        it, plus the values the tests recorded by hand."""
+        found = self._cache.get(metric)
+        if found is None:
+            if metric not in POOLED_METRICS:
+                raise ValueError(f"{metric!r} is not a per-call or per-chunk metric")
+            raw = call_values(self.ok, metric)
+            raw.extend(m.value for m in self.manual if m.metric == metric)
+            found = self._cache[metric] = SortedValues.of(raw)
+        return found
+
+    def percentile(self, metric: str, p: float) -> float | None:
+        """The metric's p-th percentile by the budgets' estimator; None when it is absent."""
+        from pytest_latency import stats
+
+        data = self.values(metric)
+        return stats.percentile(data, p) if data else None
+
+    def mean(self, metric: str) -> float | None:
+        data = self.values(metric)
+        return math.fsum(data) / len(data) if data else None
+
+    # ---- counts --------------------------------------------------------------------------------
+
+    def calls_per_sample(self) -> tuple[int, ...]:
+        """The `calls` metric: LLM calls each kept sample made, test after test."""
+        counts: list[int] = []
+        for part in self._parts:
+            per = [0] * part.samples
+            for call in part.calls:
+                if 0 <= call.sample < part.samples:
+                    per[call.sample] += 1
+            counts.extend(per)
+        return tuple(counts)
+
+    @property
+    def samples(self) -> int:
+        return sum(part.samples for part in self._parts)
+
+    @property
+    def errors(self) -> int:
+        return len(self.finals) - len(self.ok)
+
+    @property
+    def retries(self) -> int:
+        return sum(c.retries for c in self.calls)
+
+    def error_counts(self) -> Counter[str]:
+        """What went wrong, by error kind: each call counted once, by its final attempt."""
+        return Counter(f.error for f in self.finals if f.error is not None)
+
+    def cache_ratio(self) -> CacheRatio | None:
+        """Σ cache reads / Σ input over the successful calls that reported cache fields."""
+        return cache_ratio(self.ok)
+
+    # ---- subsets -------------------------------------------------------------------------------
+
+    def subset(self, filters: Filters = (), *, unflagged: bool = False) -> Pool:
+        """The calls matching a budget's filters (and, with `unflagged`, none the client
+        distorted); hand-recorded values stay: they carry no model or endpoint."""
+        if not filters and not unflagged:
+            return self
+        key = (filters, unflagged)
+        found = self._subsets.get(key)
+        if found is None:
+            parts = [
+                _Part(
+                    tuple(
+                        c
+                        for c in part.calls
+                        if _matches(c.final, filters) and not (unflagged and c.final.flagged)
+                    ),
+                    part.samples,
+                )
+                for part in self._parts
+            ]
+            found = self._subsets[key] = Pool(parts, self.manual)
+        return found
+
+
+__all__ = ["CacheRatio", "Filters", "Pool", "cache_ratio", "call_values"]

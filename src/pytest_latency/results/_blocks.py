@@ -1,0 +1,204 @@
+"""The result file's numeric blocks: metric distributions, counters, cache ratios, flags.
+
+Owns a test's metric block (exact percentiles of its sorted raw values, with the same linear
+estimator budgets use, plus the values' HDR histogram), a rollup's block (from its HDR histogram,
+with the exact integer sum so the mean survives merging), the counters groups and the session add
+up (`Tally`), the flag counts, the cache-ratio block, the `metrics_info` table (units and OTel
+names from the catalogue) and `json_safe` (diagnosis output made strict JSON). May import
+`stats`, `histogram`, `catalogue`, `pools` (the `CacheRatio` type); never pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pytest_latency import stats
+from pytest_latency.catalogue import METRICS, POOLED_METRICS
+from pytest_latency.histogram import BucketCounts, LatencyHistogram
+from pytest_latency.pools import CacheRatio
+from pytest_latency.results._schema import CacheRatioBlock, MetricBlock, OtelBlock
+
+PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0)
+FLAGS: Final = ("consumer_bound", "client_saturated", "incomplete", "opaque")
+
+
+def otel(metric: str) -> OtelBlock | None:
+    mapping = METRICS[metric].otel
+    return mapping.to_dict() if mapping else None  # type: ignore[return-value]
+
+
+def metrics_info() -> dict[str, dict[str, Any]]:
+    return {m: {"unit": METRICS[m].unit, "otel": otel(m)} for m in POOLED_METRICS}
+
+
+def _pkey(p: float) -> str:
+    return f"p{p:g}"
+
+
+def exact_block(metric: str, data: stats.SortedValues, counts: BucketCounts) -> MetricBlock:
+    """A per-test block: percentiles by the budgets' estimator on the (sorted) raw values, plus
+    the values' HDR histogram for tools (and for `compare`, which has no raw values); `counts`
+    holds the same values counted per bucket."""
+    block: dict[str, Any] = {"unit": METRICS[metric].unit, "count": len(data)}
+    for p in PERCENTILES:
+        block[_pkey(p)] = stats.percentile(data, p)
+    block.update(
+        {
+            "min": data[0],
+            "max": data[-1],
+            "mean": math.fsum(data) / len(data),
+            "hdr": counts.encode(),
+            "otel": otel(metric),
+        }
+    )
+    return block  # type: ignore[return-value]
+
+
+@dataclass(slots=True)
+class HdrPool:
+    """One metric of a group: an HDR histogram plus the exact integer sum of what it holds, so
+    the mean survives merging (a decoded histogram only knows bucket midpoints)."""
+
+    hist: LatencyHistogram
+    total: int = 0
+    out_of_range: int = 0
+
+    @classmethod
+    def of(cls, parts: Iterable[BucketCounts]) -> HdrPool:
+        """The pool of values counted in `parts` (one histogram, filled bucket by bucket)."""
+        pool = cls(LatencyHistogram())
+        for counts in parts:
+            pool.hist.add_counts(counts)
+            pool.total += counts.total
+            pool.out_of_range += counts.out_of_range
+        return pool
+
+    @classmethod
+    def from_block(cls, block: Mapping[str, Any]) -> HdrPool:
+        return cls(
+            LatencyHistogram.decode(block["hdr"]),
+            int(block["sum"]),
+            int(block.get("out_of_range", 0)),
+        )
+
+    def add(self, other: HdrPool) -> None:
+        self.hist.merge(other.hist)
+        self.total += other.total
+        self.out_of_range += other.out_of_range
+
+    def block(self, metric: str) -> MetricBlock:
+        blob = self.hist.encode()
+        # Statistics from the decoded form only: a freshly recorded hdrh histogram tracks its
+        # exact min/max, a decoded one the bucket edges, and a merged file must equal a built one.
+        hist = LatencyHistogram.decode(blob)
+        found = hist.percentiles(PERCENTILES)
+        block: dict[str, Any] = {"unit": METRICS[metric].unit, "count": hist.count}
+        for p in PERCENTILES:
+            block[_pkey(p)] = found[p]
+        block.update(
+            {
+                "min": hist.min,
+                "max": hist.max,
+                "mean": self.total / hist.count,
+                "sum": self.total,
+                "out_of_range": self.out_of_range,
+                "hdr": blob,
+                "otel": otel(metric),
+            }
+        )
+        return block  # type: ignore[return-value]
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counters that groups and the session add up (all integers, so merging is exact)."""
+
+    tests: int = 0
+    call_count: int = 0
+    error_count: int = 0
+    retries: int = 0
+    calls_reporting_cache: int = 0
+    cache_read: int = 0
+    cache_input: int = 0
+
+    def add_ratio(self, ratio: CacheRatio | None) -> None:
+        if ratio is not None:
+            self.calls_reporting_cache += ratio.calls
+            self.cache_read += ratio.read_tokens
+            self.cache_input += ratio.input_tokens
+
+    def ratio_block(self) -> CacheRatioBlock:
+        return ratio_block(
+            CacheRatio(self.cache_read, self.cache_input, self.calls_reporting_cache)
+        )
+
+
+def ratio_block(ratio: CacheRatio | None) -> CacheRatioBlock:
+    ratio = ratio or CacheRatio(0, 0, 0)
+    return {
+        "value": ratio.value,
+        "cache_fields": "reported" if ratio.calls else "absent",
+        "calls_reporting": ratio.calls,
+        "read_tokens": ratio.read_tokens,
+        "input_tokens": ratio.input_tokens,
+    }
+
+
+def flag_counts(finals: Sequence[Any]) -> dict[str, int]:
+    """How many of `finals` (CallMetrics) carry each flag."""
+    return {flag: sum(bool(getattr(f, flag)) for f in finals) for flag in FLAGS}
+
+
+def rollup_dict(
+    key_fields: Mapping[str, str],
+    tally: Tally,
+    errors: Mapping[str, int],
+    retried_errors: Mapping[str, int],
+    flags: Mapping[str, int],
+    metrics: dict[str, MetricBlock],
+) -> dict[str, Any]:
+    return {
+        **key_fields,
+        "tests": tally.tests,
+        "call_count": tally.call_count,
+        "error_count": tally.error_count,
+        "retries": tally.retries,
+        "errors": dict(sorted(errors.items())),
+        "retried_errors": dict(sorted(retried_errors.items())),
+        "flags": {f: int(flags.get(f, 0)) for f in FLAGS},
+        "cache_read_ratio": tally.ratio_block(),
+        "metrics": metrics,
+    }
+
+
+def json_safe(value: Any, digits: int | None = None) -> Any:
+    """Diagnosis output made strict JSON: non-finite floats become null, tuples lists; with
+    `digits`, floats keep that many significant digits (the what-ifs: 7 is 1 µs at seconds)."""
+    kind = type(value)  # exact types first: the what-ifs are thousands of plain floats
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{digits}g}") if digits else value
+    if kind is dict:
+        return {str(k): json_safe(v, digits) for k, v in value.items()}
+    if kind is list:
+        return [json_safe(v, digits) for v in value]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{digits}g}") if digits else value
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, digits) for v in value]
+    return value
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no infinity: an unbounded interval side is written as null."""
+    return value if value is not None and math.isfinite(value) else None

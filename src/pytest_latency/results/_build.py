@@ -1,0 +1,348 @@
+"""Building the result file of one run from the plugin's per-test records.
+
+Owns `build_result`: each test's entry (its metric blocks and counters read from its pool, its
+budget entries, its findings, what-ifs, time split, prefill fit and overlap as `diagnose`
+computed them, its error kinds and its timeline), the per-model/per-endpoint rollups and the
+session block (HDR histograms, so CI shards merge exactly), each value counted into its buckets
+once. The report renders what this builds and never recomputes a metric. May import `testdata`,
+`pools`, `calls`, `diagnose`, `histogram`, `catalogue`, `metrics` (types) and its siblings; never
+pytest, never jinja2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from pytest_latency import diagnose
+from pytest_latency.catalogue import POOLED_METRICS
+from pytest_latency.histogram import BucketCounts, record_values
+from pytest_latency.pools import cache_ratio, call_values
+from pytest_latency.results._blocks import (
+    FLAGS,
+    HdrPool,
+    Tally,
+    exact_block,
+    flag_counts,
+    json_safe,
+    metrics_info,
+    ratio_block,
+    rollup_dict,
+)
+from pytest_latency.results._budgets import budget_entry, verdict_counts
+from pytest_latency.results._schema import SCHEMA, MetricBlock, PhaseBlock, PrefillBlock
+
+if TYPE_CHECKING:
+    from pytest_latency.calls import Call
+    from pytest_latency.metrics import CallMetrics
+    from pytest_latency.testdata import TestData
+    from pytest_latency.verdicts import Judgement
+
+# Bounds on the per-test lists, so the file grows with the number of tests, not with samples.
+MAX_PREFILL_POINTS: Final = 500
+MAX_TIMELINE_SAMPLES: Final = 50
+MAX_TIMELINE_CALLS: Final = 100
+MAX_ERROR_DETAIL: Final = 200
+
+# The group keys of a call (`_group_keys`, keys only): calls with the same keys land in the same
+# rollups, so their values are counted once per key set and each rollup adds up its key sets.
+_Keys = tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Rollup:
+    tally: Tally
+    errors: Counter[str]
+    retried_errors: Counter[str]
+    flags: Counter[str]
+    finals: list[CallMetrics]
+
+    @classmethod
+    def empty(cls) -> _Rollup:
+        return cls(Tally(), Counter(), Counter(), Counter({f: 0 for f in FLAGS}), [])
+
+    def add_calls(self, calls: Sequence[Call]) -> None:
+        finals = [c.final for c in calls]
+        ok = [f for f in finals if f.error is None]
+        self.finals.extend(finals)
+        self.tally.call_count += len(calls)
+        self.tally.error_count += len(finals) - len(ok)
+        self.tally.retries += sum(c.retries for c in calls)
+        self.errors.update(f.error for f in finals if f.error is not None)
+        self.retried_errors.update(_retried_errors(calls))
+        self.flags.update(flag_counts(finals))
+        self.tally.add_ratio(cache_ratio(ok))
+
+    def to_dict(
+        self,
+        key_fields: Mapping[str, str],
+        scope: str,
+        values: Iterable[Mapping[str, BucketCounts]],
+    ) -> dict[str, Any]:
+        """`values`: the per-metric counts of every key set of calls this rollup covers."""
+        parts = list(values)
+        metrics: dict[str, MetricBlock] = {}
+        for metric in POOLED_METRICS:
+            counted = [p[metric] for p in parts if metric in p and p[metric].count]
+            if counted:
+                metrics[metric] = HdrPool.of(counted).block(metric)
+        out = rollup_dict(
+            key_fields, self.tally, self.errors, self.retried_errors, self.flags, metrics
+        )
+        # Findings over the pooled calls (prefill/decode, cache health, consumer-bound); the
+        # per-sample checks (serial calls, budgets) stay per test.
+        found = diagnose.diagnose_calls(self.finals)
+        out["findings"] = json_safe(
+            [diagnose.Finding(f.kind, f.message, f.evidence, scope=scope).to_dict() for f in found]
+        )
+        return out
+
+
+def _retried_errors(calls: Sequence[Call]) -> Counter[str]:
+    """Errors of attempts the SDK retried (every attempt but the last), by kind."""
+    return Counter(a.error for c in calls for a in c.attempts[:-1] if a.error is not None)
+
+
+def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -> dict[str, Any]:
+    """The test's entry; its calls' values are also counted into `by_keys` (per key set of the
+    calls, per metric) for the group and session rollups."""
+    pool = test.pool
+    ok_by_keys: dict[_Keys, list[CallMetrics]] = {}
+    for final in pool.ok:
+        ok_by_keys.setdefault(tuple(k for k, _ in _group_keys(final)), []).append(final)
+    metrics: dict[str, MetricBlock] = {}
+    for metric in POOLED_METRICS:
+        data = pool.values(metric)
+        if not data:
+            continue
+        counts = BucketCounts()
+        for keys, subset in ok_by_keys.items():
+            part = call_values(subset, metric)
+            if part:
+                pooled = by_keys.setdefault(keys, {}).setdefault(metric, BucketCounts())
+                record_values(part, (counts, pooled))  # each value's bucket computed once
+        # Hand-recorded values join the test's block exactly as they join its budgets, so a
+        # block's p95 is the estimate its budget saw (they stay out of the rollups).
+        own = [m.value for m in pool.manual if m.metric == metric]
+        if own:
+            counts.record_many(own)
+        metrics[metric] = exact_block(metric, data, counts)
+    findings = test.findings
+    if findings is None:  # a record no one diagnosed (a tool's data): diagnosed here, the same way
+        findings = tuple(diagnose.diagnose_test(pool, judgements=test.judgements))
+    split = diagnose.phase_split(pool.ok)
+    shape = diagnose.overlap(pool)
+    entry: dict[str, Any] = {
+        "nodeid": test.nodeid,
+        "outcome": test.outcome,
+        "location": list(test.location) if test.location else None,
+        "policy": test.policy,
+        "samples": test.samples,
+        "warmup": test.warmup,
+        "call_count": len(pool.calls),
+        # Calls outside any sample (fixtures' setup and teardown): counted here, never pooled.
+        "unsampled_call_count": test.unsampled_calls,
+        "error_count": pool.errors,
+        "retries": pool.retries,
+        "calls_per_sample": list(pool.calls_per_sample()),
+        "metrics": metrics,
+        "cache_read_ratio": ratio_block(pool.cache_ratio()),
+        "usage_fields": _usage_fields(pool.ok),
+        "phase": _phase(split),
+        "concurrency": json_safe(shape.to_dict()) if shape is not None else None,
+        "budgets": [budget_entry(j) for j in test.judgements],
+        "flags": flag_counts(pool.finals),
+        "errors": dict(sorted(pool.error_counts().items())),
+        "retried_errors": dict(sorted(_retried_errors(pool.calls).items())),
+        "error_kinds": _error_kinds(pool.calls),
+        "timeline": _timeline(pool.calls),
+        "prefill": _prefill(pool.ok, split),
+        "findings": json_safe([f.to_dict() for f in findings]),
+        "what_ifs": json_safe(diagnose.what_ifs(pool), digits=7),
+    }
+    return entry
+
+
+def _error_kinds(calls: Sequence[Call]) -> dict[str, dict[str, Any]]:
+    """Per error kind seen on any attempt: `failed` calls (their final attempt had it),
+    `attempts` (every attempt with it, retried or final), `retried` (attempts with it that the
+    SDK retried), `recovered` (calls that had it on an attempt and still succeeded), and
+    `detail`, the first error message seen (cut to 200 characters; never request data)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        seen: set[str] = set()
+        for index, attempt in enumerate(call.attempts):
+            if attempt.error is None:
+                continue
+            entry = kinds.setdefault(
+                attempt.error,
+                {"failed": 0, "attempts": 0, "retried": 0, "recovered": 0, "detail": None},
+            )
+            entry["attempts"] += 1
+            if index < len(call.attempts) - 1:
+                entry["retried"] += 1
+            else:
+                entry["failed"] += 1
+            if entry["detail"] is None and attempt.error_detail:
+                entry["detail"] = attempt.error_detail[:MAX_ERROR_DETAIL]
+            seen.add(attempt.error)
+        if not call.failed:
+            for kind in seen:
+                kinds[kind]["recovered"] += 1
+    return dict(sorted(kinds.items()))
+
+
+def _usage_fields(calls: Sequence[CallMetrics]) -> dict[str, int]:
+    """How many successful calls reported each usage field (absent ≠ 0, so say which)."""
+    return {
+        "input_tokens": sum(c.input_tokens is not None for c in calls),
+        "output_tokens": sum(c.output_tokens is not None for c in calls),
+        "cache_fields": sum(c.cache_fields_reported for c in calls),
+        "reasoning_tokens": sum(c.reasoning_tokens is not None for c in calls),
+        "calls": len(calls),
+    }
+
+
+def _phase(split: diagnose.PhaseSplit | None) -> PhaseBlock:
+    """Where a streamed call's time goes, as `diagnose` split it (the median call's share of
+    e2e before its first token, and which side of the thresholds that leans to)."""
+    if split is None:
+        return {"prefill_share": None, "decode_share": None, "n": 0, "leaning": None}
+    return {
+        "prefill_share": split.share,
+        "decode_share": 1.0 - split.share,
+        "n": split.n,
+        "leaning": split.leaning,
+    }
+
+
+def _timeline(calls: Sequence[Call]) -> dict[str, Any]:
+    """Per kept sample, its calls as [start, first token, end, api, error] in µs from the
+    sample's first request: enough to draw overlap (fan-out) against serial chains."""
+    by_sample: dict[int, list[Call]] = {}
+    for call in calls:
+        by_sample.setdefault(call.sample, []).append(call)
+    samples = []
+    truncated = len(by_sample) > MAX_TIMELINE_SAMPLES
+    for sample in sorted(by_sample)[:MAX_TIMELINE_SAMPLES]:
+        group = sorted(by_sample[sample], key=lambda c: c.attempts[0].t_start_ns)
+        truncated = truncated or len(group) > MAX_TIMELINE_CALLS
+        origin = group[0].attempts[0].t_start_ns
+        rows = []
+        for call in group[:MAX_TIMELINE_CALLS]:
+            first, final = call.attempts[0], call.final
+            final_offset = (final.t_start_ns - origin) / 1000
+            end = (
+                final_offset + final.e2e
+                if final.e2e is not None
+                else (final.t_end_ns - origin) / 1000
+            )
+            token = None if final.ttft is None else round(final_offset + final.ttft)
+            rows.append(
+                [
+                    round((first.t_start_ns - origin) / 1000),
+                    token,
+                    round(end),
+                    final.api,
+                    final.error,
+                ]
+            )
+        samples.append({"sample": sample, "calls": rows})
+    return {"samples": samples, "truncated": truncated}
+
+
+def _prefill(
+    calls: Sequence[CallMetrics], split: diagnose.PhaseSplit | None
+) -> PrefillBlock | None:
+    """TTFT against uncached input tokens for the chart, with the line `diagnose` fitted (its
+    slope is the prefill cost per uncached token, its intercept the fixed overhead), or its
+    reason for not fitting one."""
+    points = [
+        (c.input_tokens - (c.cache_read_tokens or 0), c.ttft, bool(c.cache_read_tokens))
+        for c in calls
+        if c.ttft is not None and c.input_tokens is not None
+    ]
+    if not points:
+        return None
+    fit = split.fit if split is not None else diagnose.fit_prefill(calls)
+    # An even stride keeps the kept points spread over the run rather than its first calls.
+    stride = max(1, math.ceil(len(points) / MAX_PREFILL_POINTS))
+    kept = points[::stride][:MAX_PREFILL_POINTS]
+    return {
+        "points": [[x, round(y), cached] for x, y, cached in kept],
+        "n": len(points),
+        "slope_us_per_token": fit.slope,
+        "intercept_us": fit.intercept,
+        "note": fit.note,
+    }
+
+
+def _group_keys(call: CallMetrics) -> tuple[tuple[str, dict[str, str]], ...]:
+    model = call.model if call.model is not None else "(unknown)"
+    return (
+        (f"model={model}", {"model": model}),
+        (f"endpoint={call.api}", {"endpoint": call.api}),
+        (f"model={model},endpoint={call.api}", {"model": model, "endpoint": call.api}),
+    )
+
+
+def build_result(
+    tests: Sequence[TestData],
+    *,
+    run: Mapping[str, Any],
+    session_budgets: Sequence[Judgement] = (),
+    partial: bool = False,
+) -> dict[str, Any]:
+    """The result file of one run from the plugin's per-test records (docs/result-schema.md).
+
+    `run` is `{"started", "duration_s", "versions", "git"}`. Metric scope follows the pools:
+    kept samples, successful calls. Each test keeps its findings and gets its what-ifs; each
+    group and the session get findings over their pooled calls.
+    """
+    entries: list[dict[str, Any]] = []
+    everything = _Rollup.empty()
+    groups: dict[str, tuple[dict[str, str], _Rollup]] = {}
+    # Every value is counted once (per test block and per key set of its call, in one pass);
+    # a rollup adds up the few key sets it covers instead of re-recording its values.
+    by_keys: dict[_Keys, dict[str, BucketCounts]] = {}
+    for test in tests:
+        calls = test.pool.calls
+        entries.append(_test_entry(test, by_keys))
+        everything.add_calls(calls)
+        everything.tally.tests += 1
+        by_key: dict[str, list[Call]] = {}
+        for call in calls:
+            for key, fields in _group_keys(call.final):
+                if key not in groups:
+                    groups[key] = (fields, _Rollup.empty())
+                by_key.setdefault(key, []).append(call)
+        for key, group_calls in by_key.items():
+            rollup = groups[key][1]
+            rollup.add_calls(group_calls)
+            rollup.tally.tests += 1
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": {
+            "started": run.get("started"),
+            "duration_s": run.get("duration_s"),
+            "partial": partial,
+            "versions": dict(run.get("versions", {})),
+            "git": run.get("git"),
+            "shards": 1,
+        },
+        "metrics_info": metrics_info(),
+        "tests": entries,
+        "groups": {
+            key: rollup.to_dict(fields, key, (v for ks, v in by_keys.items() if key in ks))
+            for key, (fields, rollup) in sorted(groups.items())
+        },
+        "session": {
+            **everything.to_dict({}, "session", by_keys.values()),
+            "budgets": [budget_entry(j) for j in session_budgets],
+        },
+    }
+    result["summary"] = verdict_counts(result)
+    return result

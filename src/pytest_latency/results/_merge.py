@@ -1,0 +1,130 @@
+"""Merging the result files of CI shards into the file of the whole run.
+
+Owns `merge_results`: tests concatenated in shard order (a node id in several shards kept each
+time, marked with its shard), group and session histograms added exactly (same bucket layout),
+counters summed, the run partial if any shard was, and each shard's session budgets and findings
+kept, marked with their shard (a file holds no calls to judge or diagnose them again). May import
+`catalogue` and its siblings; never pytest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_latency.catalogue import POOLED_METRICS
+from pytest_latency.results._blocks import HdrPool, Tally, metrics_info, rollup_dict
+from pytest_latency.results._budgets import verdict_counts
+from pytest_latency.results._schema import SCHEMA, ResultError, validate
+
+
+def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge the result files of CI shards into the file of the whole run.
+
+    Tests are concatenated in shard order; a node id found in more than one shard is kept every
+    time, each copy marked with its 0-based `shard`. Group and session histograms are added
+    exactly (same bucket layout), counters summed; the run is partial if any shard was. Session
+    budgets cannot be re-judged from histograms: each shard's are kept, marked with `shard`.
+    """
+    if not results:
+        raise ResultError("nothing to merge: no result files given")
+    for index, result in enumerate(results):
+        validate(result, f"shard {index}")
+    owners: Counter[str] = Counter()
+    for result in results:
+        owners.update({t["nodeid"] for t in result["tests"]})
+    tests: list[dict[str, Any]] = []
+    for index, result in enumerate(results):
+        for test in result["tests"]:
+            copy = dict(test)
+            if owners[test["nodeid"]] > 1:
+                copy["shard"] = index
+            tests.append(copy)
+    groups: dict[str, dict[str, Any]] = {}
+    for key in sorted({k for r in results for k in r["groups"]}):
+        parts = [(i, r["groups"][key]) for i, r in enumerate(results) if key in r["groups"]]
+        fields = {f: parts[0][1][f] for f in ("model", "endpoint") if f in parts[0][1]}
+        groups[key] = _merge_aggregates(parts, fields)
+    session = _merge_aggregates([(i, r["session"]) for i, r in enumerate(results)], {})
+    session["budgets"] = [
+        {**b, "shard": i} if len(results) > 1 else dict(b)
+        for i, r in enumerate(results)
+        for b in r["session"].get("budgets", [])
+    ]
+    merged: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": _merge_runs([r["run"] for r in results]),
+        "metrics_info": metrics_info(),
+        "tests": tests,
+        "groups": groups,
+        "session": session,
+    }
+    merged["summary"] = verdict_counts(merged)
+    return merged
+
+
+def _merge_aggregates(
+    shards: Sequence[tuple[int, Mapping[str, Any]]], fields: Mapping[str, str]
+) -> dict[str, Any]:
+    """Add up one rollup over the shard files that have it (`(shard index, rollup)` pairs)."""
+    parts = [part for _, part in shards]
+    tally = Tally()
+    errors: Counter[str] = Counter()
+    retried: Counter[str] = Counter()
+    flags: Counter[str] = Counter()
+    pools: dict[str, HdrPool] = {}
+    for part in parts:
+        tally.tests += int(part["tests"])
+        tally.call_count += int(part["call_count"])
+        tally.error_count += int(part["error_count"])
+        tally.retries += int(part["retries"])
+        ratio = part["cache_read_ratio"]
+        tally.calls_reporting_cache += int(ratio["calls_reporting"])
+        tally.cache_read += int(ratio["read_tokens"])
+        tally.cache_input += int(ratio["input_tokens"])
+        errors.update(part.get("errors", {}))
+        retried.update(part.get("retried_errors", {}))
+        flags.update(part.get("flags", {}))
+        for metric, block in part["metrics"].items():
+            pool = HdrPool.from_block(block)
+            if metric in pools:
+                pools[metric].add(pool)
+            else:
+                pools[metric] = pool
+    order: list[str] = [m for m in POOLED_METRICS if m in pools]
+    metrics = {m: pools[m].block(m) for m in order}
+    out = rollup_dict(fields, tally, errors, retried, flags, metrics)
+    # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
+    # own findings, marked with its `shard` (0-based index among the merged files), and none
+    # recomputed. A single file passes through unchanged.
+    # A shard without calls has nothing to say, so with one shard that has calls its findings
+    # are exactly the run's and pass through unchanged.
+    speaking = [(i, part) for i, part in shards if int(part.get("call_count", 0))]
+    if len(speaking) <= 1:
+        out["findings"] = [dict(f) for _, part in speaking for f in part.get("findings", [])]
+    else:
+        out["findings"] = [
+            {**f, "shard": index} for index, part in speaking for f in part.get("findings", [])
+        ]
+    return out
+
+
+def _merge_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    starts = [r["started"] for r in runs if r.get("started")]
+    # ISO timestamps of one timezone sort as strings; the run spans its shards' earliest start.
+    ends = []
+    for r in runs:
+        ends.append(float(r.get("duration_s") or 0.0))
+    first = runs[0]
+    return {
+        "started": min(starts) if starts else None,
+        "duration_s": max(ends) if ends else None,
+        "partial": any(bool(r.get("partial")) for r in runs),
+        "versions": dict(first.get("versions", {})),
+        "git": first.get("git"),
+        "shards": sum(int(r.get("shards", 1)) for r in runs),
+    }
+
+
+__all__ = ["merge_results"]

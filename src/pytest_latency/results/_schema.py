@@ -1,0 +1,230 @@
+"""The result file's schema `pytest-latency/1`, as types, and the check that a file is one.
+
+Owns the schema name, the TypedDicts every builder returns and every reader (merge, compare, the
+report, the CLI) reads, documented field by field in docs/result-schema.md, `ResultError`, and
+`validate`, which rejects a file that is not ours before any reader trusts it. Keys an older
+file may lack are `NotRequired`. May import `histogram` (a rollup's histograms must decode);
+stdlib otherwise; never pytest, never jinja2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, TypedDict
+
+from pytest_latency.histogram import LatencyHistogram
+
+if TYPE_CHECKING:
+    # Only the type checker reads it: under `from __future__ import annotations` the TypedDicts'
+    # annotations stay strings at run time, so Python 3.10 needs no backport installed.
+    from typing_extensions import NotRequired
+
+SCHEMA: Final = "pytest-latency/1"
+
+
+class ResultError(ValueError):
+    """A result file that cannot be read: missing, not JSON, or not our schema."""
+
+
+class OtelBlock(TypedDict):
+    name: str
+    unit: str
+    scale: float
+    kind: NotRequired[str]
+    attributes: NotRequired[dict[str, str]]
+
+
+class MetricBlock(TypedDict):
+    """One metric's distribution. A test's block holds exact percentiles of its raw values; a
+    rollup's (group, session) comes from its HDR histogram and also carries `sum` and
+    `out_of_range`, so shards merge exactly."""
+
+    unit: str  # "us" | "tok"
+    count: int
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    min: float
+    max: float
+    mean: float
+    hdr: str
+    otel: OtelBlock | None
+    sum: NotRequired[int]
+    out_of_range: NotRequired[int]
+
+
+class CacheRatioBlock(TypedDict):
+    value: float | None
+    cache_fields: str  # "reported" | "absent"
+    calls_reporting: int
+    read_tokens: int
+    input_tokens: int
+
+
+class FindingEntry(TypedDict):
+    kind: str
+    message: str
+    evidence: dict[str, Any]
+    scope: NotRequired[str]
+    shard: NotRequired[int]
+
+
+class BudgetEntry(TypedDict):
+    expr: str
+    verdict: str  # the statistics' word: pass | fail | inconclusive
+    passed: bool  # the gate's decision, after the inconclusive policy
+    status: NotRequired[str]  # how to count it: pass | fail | inconclusive
+    estimate: float | None
+    interval: list[float | None] | None
+    n: int
+    message: str
+    metric: NotRequired[str]
+    stat: NotRequired[str | None]
+    op: NotRequired[str]
+    threshold: NotRequired[float]
+    threshold_text: NotRequired[str]
+    estimate_text: NotRequired[str | None]
+    interval_text: NotRequired[str | None]
+    excess: NotRequired[float | None]
+    confident: NotRequired[bool]
+    shard: NotRequired[int]
+
+
+class PhaseBlock(TypedDict):
+    prefill_share: float | None
+    decode_share: float | None
+    n: int
+    leaning: NotRequired[str | None]  # prefill | decode | balanced (diagnose's thresholds)
+
+
+class PrefillBlock(TypedDict):
+    points: list[list[Any]]  # [uncached tokens, ttft µs, read the cache]
+    n: int
+    slope_us_per_token: float | None
+    intercept_us: float | None
+    note: NotRequired[str]
+
+
+class TestEntry(TypedDict):
+    nodeid: str
+    outcome: str
+    location: list[Any] | None
+    policy: str | None
+    samples: int
+    warmup: int
+    call_count: int
+    unsampled_call_count: int
+    error_count: int
+    retries: int
+    calls_per_sample: list[int]
+    metrics: dict[str, MetricBlock]
+    cache_read_ratio: CacheRatioBlock
+    usage_fields: dict[str, int]
+    phase: PhaseBlock
+    concurrency: NotRequired[dict[str, Any] | None]
+    budgets: list[BudgetEntry]
+    flags: dict[str, int]
+    errors: dict[str, int]
+    retried_errors: dict[str, int]
+    error_kinds: dict[str, dict[str, Any]]
+    timeline: dict[str, Any]
+    prefill: PrefillBlock | None
+    findings: list[FindingEntry]
+    what_ifs: dict[str, Any]
+    shard: NotRequired[int]
+
+
+class Rollup(TypedDict):
+    """A group (`model=…`, `endpoint=…`, both) or the session: counters and HDR blocks."""
+
+    model: NotRequired[str]
+    endpoint: NotRequired[str]
+    tests: int
+    call_count: int
+    error_count: int
+    retries: int
+    errors: dict[str, int]
+    retried_errors: dict[str, int]
+    flags: dict[str, int]
+    cache_read_ratio: CacheRatioBlock
+    metrics: dict[str, MetricBlock]
+    findings: list[FindingEntry]
+
+
+class SessionBlock(Rollup):
+    budgets: list[BudgetEntry]
+
+
+class RunBlock(TypedDict):
+    started: str | None
+    duration_s: float | None
+    partial: bool
+    versions: dict[str, str]
+    git: dict[str, Any] | None
+    shards: int
+
+
+class ResultFile(TypedDict):
+    schema: str
+    run: RunBlock
+    metrics_info: dict[str, dict[str, Any]]
+    tests: list[TestEntry]
+    groups: dict[str, Rollup]
+    session: SessionBlock
+    summary: dict[str, int]
+
+
+def validate(data: Any, name: str) -> ResultFile:
+    """`data` as a result file, or a `ResultError` naming `name` and what is wrong."""
+    if not isinstance(data, dict):
+        raise ResultError(f"{name}: not a pytest-latency result file (expected a JSON object)")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        if isinstance(schema, str) and schema.startswith("pytest-latency/"):
+            raise ResultError(
+                f"{name}: result schema {schema!r} is not supported by this version "
+                f"(it reads {SCHEMA!r})"
+            )
+        raise ResultError(f"{name}: not a pytest-latency result file (schema {schema!r})")
+    for key, kind in (("run", dict), ("tests", list), ("groups", dict), ("session", dict)):
+        if not isinstance(data.get(key), kind):
+            raise ResultError(f"{name}: malformed result file: {key!r} missing or wrong type")
+    for index, test in enumerate(data["tests"]):
+        if not isinstance(test, dict) or not isinstance(test.get("nodeid"), str):
+            raise ResultError(f"{name}: malformed result file: tests[{index}] has no nodeid")
+    # The rollups are what merge and compare compute with, and there are few of them: check that
+    # their histograms decode, so a damaged file fails here, with its name, not halfway through.
+    rollups = [("session", data["session"])] + [
+        (f"groups[{k!r}]", g) for k, g in data["groups"].items()
+    ]
+    for where, rollup in rollups:
+        metrics = rollup.get("metrics") if isinstance(rollup, dict) else None
+        if not isinstance(metrics, dict):
+            raise ResultError(f"{name}: malformed result file: {where} has no metrics")
+        for metric, block in metrics.items():
+            try:
+                LatencyHistogram.decode(block["hdr"])
+                int(block["sum"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ResultError(
+                    f"{name}: malformed result file: {where}.metrics.{metric}: {exc}"
+                ) from None
+    return data  # type: ignore[return-value]
+
+
+__all__ = [
+    "SCHEMA",
+    "BudgetEntry",
+    "CacheRatioBlock",
+    "FindingEntry",
+    "MetricBlock",
+    "PhaseBlock",
+    "PrefillBlock",
+    "ResultError",
+    "ResultFile",
+    "Rollup",
+    "RunBlock",
+    "SessionBlock",
+    "TestEntry",
+    "validate",
+]

@@ -1,0 +1,157 @@
+"""The per-test record: what one test measured and what was decided about it.
+
+Owns `TestData`, the one typed record of a test that the plugin builds on the process that ran
+it and every later stage reads: its calls and hand-recorded values, its sample counts, where it
+is, its outcome, its judgements (each holding its parsed `Expectation`) and its findings, plus the
+pool of its values, built once on first use. Its plain-data form (`to_wire` / `from_wire`) is what
+rides on the test report (the `pytest_latency` attribute pytest-xdist forwards); it is written
+once on the worker and read once on the controller, and a test run in one process is never
+serialised at all. Once a test is diagnosed, the fingerprints only its own diagnosis reads leave
+the record (`diagnosed`), so neither the report payload nor the controller's memory carries them.
+
+May import `calls`, `pools`, `verdicts`, `diagnose` (the `Finding` type), `metrics`; never pytest,
+never `results` or `report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_latency.calls import Call, ManualValue
+from pytest_latency.pools import Pool
+
+if TYPE_CHECKING:
+    from pytest_latency.diagnose import Finding
+    from pytest_latency.recording import Measured
+    from pytest_latency.verdicts import Judgement
+
+Wire = dict[str, Any]
+
+
+@dataclass(slots=True)
+class TestData:
+    __test__ = False  # not a test class, whatever pytest's collection patterns say
+
+    nodeid: str
+    samples: int = 0
+    warmup: int = 0
+    calls: tuple[Call, ...] = ()
+    manual: tuple[ManualValue, ...] = ()
+    location: tuple[str, int | None] | None = None
+    outcome: str = "passed"
+    judgements: tuple[Judgement, ...] = ()
+    # None until the test is diagnosed (then a tuple, empty when nothing was found).
+    findings: tuple[Finding, ...] | None = None
+    # The policies the judgements were made under (None: the test was not judged).
+    policy: str | None = None
+    flagged_policy: str | None = None
+    confidence: float | None = None
+    # Carried on a teardown report: calls made after the call report, to add to the test's.
+    teardown: bool = False
+    _pool: Pool | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, measured: Measured, location: tuple[str, int | None] | None) -> TestData:
+        return cls(
+            nodeid=measured.nodeid,
+            samples=measured.samples,
+            warmup=measured.warmup,
+            calls=measured.calls,
+            manual=measured.manual,
+            location=location,
+        )
+
+    @property
+    def pool(self) -> Pool:
+        """The values of this test's kept calls, built once."""
+        if self._pool is None:
+            self._pool = Pool.of(self.calls, self.manual, self.samples)
+        return self._pool
+
+    @property
+    def unsampled_calls(self) -> int:
+        """Calls outside any sample (fixtures' setup and teardown): counted, never pooled."""
+        return sum(1 for c in self.calls if c.sample == -1)
+
+    @property
+    def measured_anything(self) -> bool:
+        return bool(self.calls or self.manual)
+
+    def diagnosed(self, findings: Sequence[Finding]) -> TestData:
+        """This record with its findings, and without what only they needed (the serial-calls
+        check's shingles): everything later stages read stays, byte for byte."""
+        calls = tuple(
+            Call(c.sample, c.warmup, tuple(a.without_fingerprints() for a in c.attempts))
+            for c in self.calls
+        )
+        return dataclasses.replace(self, calls=calls, findings=tuple(findings), _pool=None)
+
+    def with_late(self, late: TestData) -> TestData:
+        """This record with the calls and values of its teardown report added (they are
+        fixtures' calls, outside any sample: the pool, the verdicts and the findings stay)."""
+        return dataclasses.replace(
+            self,
+            calls=self.calls + late.calls,
+            manual=self.manual + late.manual,
+            _pool=self._pool,
+        )
+
+    # ---- the plain-data form on the test report --------------------------------------------------
+
+    def to_wire(self) -> Wire:
+        out: Wire = {
+            "nodeid": self.nodeid,
+            "samples": self.samples,
+            "warmup": self.warmup,
+            "calls": [c.to_wire() for c in self.calls],
+            "manual": [list(m) for m in self.manual],
+            "location": list(self.location) if self.location is not None else None,
+            "outcome": self.outcome,
+        }
+        if self.judgements:
+            out["budgets"] = [j.to_dict() for j in self.judgements]
+        if self.findings is not None:
+            out["findings"] = [f.to_dict() for f in self.findings]
+        for name in ("policy", "flagged_policy", "confidence"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.teardown:
+            out["teardown"] = True
+        return out
+
+    @classmethod
+    def from_wire(cls, data: Wire) -> TestData:
+        """Rebuild a record from its plain data (a worker's report, or data a tool wrote in the
+        same shape); every budget expression is parsed once here."""
+        from pytest_latency.diagnose import Finding
+        from pytest_latency.verdicts import Judgement
+
+        location = data.get("location")
+        return cls(
+            nodeid=str(data["nodeid"]),
+            samples=int(data.get("samples", 0)),
+            warmup=int(data.get("warmup", 0)),
+            calls=tuple(Call.from_wire(c) for c in data.get("calls", ())),
+            manual=tuple(
+                ManualValue(int(m[0]), bool(m[1]), str(m[2]), float(m[3]))
+                for m in data.get("manual", ())
+            ),
+            location=(str(location[0]), location[1]) if location else None,
+            outcome=str(data.get("outcome", "passed")),
+            judgements=tuple(Judgement.from_dict(j) for j in data.get("budgets", ())),
+            findings=(
+                tuple(Finding.from_dict(f) for f in data["findings"])
+                if data.get("findings") is not None
+                else None
+            ),
+            policy=data.get("policy"),
+            flagged_policy=data.get("flagged_policy"),
+            confidence=data.get("confidence"),
+            teardown=bool(data.get("teardown", False)),
+        )
+
+
+__all__ = ["TestData", "Wire"]
