@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import math
 import os
 import random
@@ -7,8 +8,19 @@ import subprocess
 import sys
 
 import pytest
+from hdrh.histogram import HdrHistogram  # the oracle: our codec and layout must agree with it
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pytest_latency.histogram import HIGHEST_US, BucketCounts, LatencyHistogram, record_values
+from pytest_latency import histogram as histogram_module
+from pytest_latency.histogram import (
+    HIGHEST_US,
+    LOWEST_US,
+    SIGNIFICANT_FIGURES,
+    BucketCounts,
+    LatencyHistogram,
+    record_values,
+)
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +161,6 @@ def test_decode_rejects_garbage() -> None:
 
 
 def test_decode_accepts_other_layouts_and_clamps() -> None:
-    from hdrh.histogram import HdrHistogram
-
     foreign = HdrHistogram(1, 10 * HIGHEST_US, 2)  # another tool, wider range, 2 figures
     for value in (1_000, 50_000, 2 * HIGHEST_US):
         foreign.record_value(value)
@@ -214,3 +224,159 @@ def test_counts_recorded_into_several_targets_and_added_equal_one_histogram() ->
     assert merged.encode() == want
     with pytest.raises(ValueError, match="NaN"):
         BucketCounts().record_many([1.0, math.nan])
+
+
+# ---- hdrh as the oracle ------------------------------------------------------------------------
+
+
+def _hdrh() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+
+
+def _hdrh_of(values: list[float]) -> HdrHistogram:
+    """What `LatencyHistogram.record` does, through hdrh: clamp, round, record."""
+    hdr = _hdrh()
+    for value in values:
+        assert hdr.record_value(min(max(round(value), 0), HIGHEST_US))
+    return hdr
+
+
+def _hdrh_indices(hdr: HdrHistogram) -> range:
+    """The indices up to the highest non-empty one (hdrh's public API has no sparse view)."""
+    if not hdr.get_total_count():
+        return range(0)
+    return range(hdr.get_counts_array_index(hdr.get_max_value()) + 1)
+
+
+def _hdrh_counts(hdr: HdrHistogram) -> dict[int, int]:
+    counts = {i: hdr.get_count_at_index(i) for i in _hdrh_indices(hdr)}
+    return {i: c for i, c in counts.items() if c}
+
+
+def test_the_bucket_layout_is_hdrhs() -> None:
+    hdr = _hdrh()
+    ours = histogram_module._OURS
+    assert ours.counts_len == hdr.counts_len == 23_552
+    for index in range(hdr.counts_len):
+        value = hdr.get_value_from_index(index)
+        assert ours.lowest(index) == value, index
+        assert histogram_module._HIGHEST[index] == hdr.get_highest_equivalent_value(value), index
+    rng = random.Random(7)
+    probes = [*range(5_000), *(rng.randrange(HIGHEST_US + 1) for _ in range(20_000)), HIGHEST_US]
+    probes += [(1 << k) + d for k in range(11, 32) for d in (-1, 0, 1)]
+    counts = BucketCounts()
+    counts.record_many([float(v) for v in probes])  # `record_values` inlines the index
+    assert set(counts._counts) == {hdr.get_counts_array_index(v) for v in probes}
+    for value in probes:
+        assert ours.index(value) == hdr.get_counts_array_index(value), value
+
+
+_values_us = st.lists(
+    st.one_of(
+        st.floats(min_value=0, max_value=HIGHEST_US),
+        st.floats(min_value=0, max_value=5_000),
+        st.integers(min_value=0, max_value=HIGHEST_US).map(float),
+        st.sampled_from([0.0, 1.0, 2047.0, 2048.0, 4095.0, 4096.0, float(HIGHEST_US)]),
+    ),
+    max_size=300,
+)
+
+
+_PS = (0, 1, 50, 90, 99, 99.9, 100)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_values_us)
+def test_our_blobs_are_hdrhs_byte_for_byte_and_it_reads_them(values: list[float]) -> None:
+    ours = _filled(values)
+    oracle = _hdrh_of(values)
+    blob = ours.encode()
+    assert blob == oracle.encode().decode("ascii")
+    back = HdrHistogram.decode(blob.encode("ascii"))
+    assert back.get_total_count() == len(values)
+    assert _hdrh_counts(back) == _hdrh_counts(oracle)
+    if values:
+        assert ours.percentiles(_PS) == back.get_percentile_to_value_dict(list(_PS))
+        assert ours.min == oracle.get_min_value()
+        assert ours.max == oracle.get_max_value()
+
+
+@settings(max_examples=100, deadline=None)
+@given(_values_us, st.lists(st.integers(min_value=1, max_value=2**40), max_size=3))
+def test_we_read_hdrhs_blobs(values: list[float], big_counts: list[int]) -> None:
+    oracle = _hdrh_of(values)
+    for n, count in enumerate(big_counts):  # multi-byte LEB128 counts
+        oracle.record_value(10_000 * (n + 1), count)
+    ours = LatencyHistogram.decode(oracle.encode().decode("ascii"))
+    assert ours.count == oracle.get_total_count()
+    assert dict(ours._counts) == _hdrh_counts(oracle)
+    if ours.count:
+        assert ours.percentiles(_PS) == oracle.get_percentile_to_value_dict(list(_PS))
+        assert ours.percentile(99) == oracle.get_value_at_percentile(99)
+        assert ours.min == oracle.get_min_value()
+        assert ours.max == oracle.get_max_value()
+    assert ours.encode() == oracle.encode().decode("ascii")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([1, 2, 1000, 1024]),
+    st.sampled_from([10_000_000, HIGHEST_US, 10 * HIGHEST_US, 2**50]),
+    st.integers(min_value=1, max_value=5),
+    st.lists(st.integers(min_value=0, max_value=2**62), min_size=1, max_size=50),
+)
+def test_we_read_other_layouts_as_hdrh_adds_them(
+    lowest: int, highest: int, figures: int, raw: list[int]
+) -> None:
+    foreign = HdrHistogram(lowest, highest, figures)
+    for value in raw:
+        foreign.record_value(value)  # hdrh drops values beyond its range
+    hist = LatencyHistogram.decode(foreign.encode().decode("ascii"))
+    assert hist.count == foreign.get_total_count()
+    # hdrh re-records each foreign bucket's lowest value; beyond our range we clamp and count.
+    want = _hdrh()
+    above = 0
+    for index, count in _hdrh_counts(foreign).items():
+        if count:
+            value = foreign.get_value_from_index(index)
+            above += count if value > HIGHEST_US else 0
+            want.record_value(min(value, HIGHEST_US), count)
+    assert hist.above_range == above
+    assert hist.encode() == want.encode().decode("ascii")
+
+
+@pytest.mark.parametrize(
+    "n", [0, 1, -1, 63, 64, -64, 8191, 8192, 2**55 - 1, 2**55, 2**62, -(2**62)]
+)
+def test_zigzag_leb128_round_trips_up_to_nine_bytes(n: int) -> None:
+    token = histogram_module._leb(n)
+    assert 1 <= len(token) <= 9
+    assert histogram_module._unleb(token) == n
+    stream = token + histogram_module._leb(5) + token
+    assert histogram_module._TOKEN.findall(stream) == [token, histogram_module._leb(5), token]
+
+
+def test_truncated_or_damaged_blobs_are_refused() -> None:
+    blob = _filled([float(v) for v in range(0, 300_000, 7)]).encode()
+    for cut in range(0, len(blob), 37):
+        with pytest.raises(ValueError, match="HdrHistogram V2"):
+            LatencyHistogram.decode(blob[:cut])
+    raw = bytearray(base64.b64decode(blob))
+    raw[0] ^= 0xFF  # the compression cookie
+    with pytest.raises(ValueError, match="HdrHistogram V2"):
+        LatencyHistogram.decode(base64.b64encode(bytes(raw)).decode())
+
+
+def test_a_decoded_mean_is_hdrhs_bucket_midpoint_mean(lognormal_us: list[float]) -> None:
+    oracle = _hdrh_of(lognormal_us)
+    ours = LatencyHistogram.decode(oracle.encode().decode("ascii"))
+    assert ours.mean == pytest.approx(oracle.get_mean_value(), rel=1e-12)
+
+
+def test_merging_into_an_empty_histogram_keeps_the_minimum(lognormal_us: list[float]) -> None:
+    # The minimum is derived from the buckets, so no "no value yet" sentinel can leak into it.
+    whole = _filled(lognormal_us)
+    merged = LatencyHistogram()
+    merged.merge(LatencyHistogram.decode(whole.encode()))
+    assert merged.min == whole.min > 0
+    assert (merged.max, merged.count) == (whole.max, whole.count)
