@@ -21,6 +21,7 @@ from pytest_latency.budgets import (
     load_budget_file,
     parse_budget_file,
     parse_expectation,
+    parse_tolerance,
 )
 from pytest_latency.catalogue import METRICS, Dimension, Scope
 
@@ -628,6 +629,9 @@ def test_empty_file_is_valid() -> None:
             ["array opened on line 2"],
         ),
         ('[session]\nexpect = ["""ttft.p95 < 1s\n\n', 2, ["string opened on line 2"]),
+        # tomllib reads a one-line 'literal' up to the next ' in the text, so it fails at the end.
+        ("[session]\nexpect = ['e2e.p95 < 1s]\n\n", 2, ["string opened on line 2"]),
+        ("[session]\nexpect = [\n  'e2e.p95 < 1s',\n  'ttft.p95 < 1s,\n]\n", 4, ["string opened"]),
         ("[session]\nexpect = ['e2e.p95 < 1s']\nx = 1", 3, ["unknown key in [session]"]),
         # Keys above the first header are top-level: say where they belong.
         ("samples = 20\n", 1, ["'samples' is a key of [defaults]", "[defaults] header"]),
@@ -700,3 +704,98 @@ def test_the_same_budget_in_two_rules_is_fine() -> None:
 def test_a_file_without_session_has_no_session_budgets() -> None:
     loaded = parse_budget_file("[[budget]]\nselect = 'a'\nexpect = ['ttft.p95 < 1s']\n", path="b")
     assert loaded.session == ()
+
+
+# ---- lines: every rule and expression names the line it is written on ---------------------------
+
+_EXPRESSIONS = ["ttft.p95 < 400ms", "tpot.p50 < 40ms", "e2e.max <= 2s", "itl.p99 < 50ms"]
+# Comments that quote TOML syntax: a line scan that reads them as keys would miscount.
+_COMMENTS = ["", "  # expect = ['e2e.p95 < 1s']", ' # [[budget]] ] } "', "\t# 'quoted' \"\"\" '''"]
+_QUOTES = ['"{}"', "'{}'", '"""{}"""', "'''{}'''"]
+
+
+@st.composite
+def _layout(draw: st.DrawFn) -> tuple[str, list[int], list[list[int]]]:
+    """A valid budgets.toml with varied layout, the line of each [[budget]] header and the line
+    of each expression of each rule (the last "rule" is [session])."""
+    lines: list[str] = []
+    headers: list[int] = []
+    expressions: list[list[int]] = []
+
+    def filler() -> None:
+        for _ in range(draw(st.integers(0, 2))):
+            lines.append(draw(st.sampled_from(["", "# a comment", "   ", "# expect = ['x'"])))
+
+    def quoted(text: str) -> str:
+        return draw(st.sampled_from(_QUOTES)).format(text)
+
+    count, with_session = draw(st.integers(1, 3)), draw(st.booleans())
+    for rule in range(count + with_session):
+        session = rule == count
+        filler()
+        lines.append(("[session]" if session else "[[budget]]") + draw(st.sampled_from(_COMMENTS)))
+        headers.append(len(lines))
+        if not session:
+            lines.append(f"select = {quoted('tests/*')}" + draw(st.sampled_from(_COMMENTS)))
+        filler()
+        chosen = draw(st.lists(st.sampled_from(_EXPRESSIONS), min_size=1, max_size=4, unique=True))
+        at: list[int] = []
+        if draw(st.booleans()):
+            lines.append(f"expect = [{', '.join(quoted(e) for e in chosen)}]")
+            at = [len(lines)] * len(chosen)
+        else:
+            lines.append("expect = [" + draw(st.sampled_from(_COMMENTS)))
+            for text in chosen:
+                filler()
+                lines.append(f"    {quoted(text)}," + draw(st.sampled_from(_COMMENTS)))
+                at.append(len(lines))
+            lines.append("]")
+        expressions.append(at)
+    return "\n".join(lines) + "\n", headers, expressions
+
+
+@settings(max_examples=300, deadline=None)
+@given(layout=_layout())
+def test_every_rule_and_expression_names_its_own_line(
+    layout: tuple[str, list[int], list[list[int]]],
+) -> None:
+    text, headers, expressions = layout
+    loaded = parse_budget_file(text, path="b.toml")
+    rules = [(r.source, [e.source for e in r.expectations]) for r in loaded.rules]
+    if loaded.session:
+        rules.append(("b.toml:" + str(headers[-1]), [e.source for e in loaded.session]))
+    assert rules == [
+        (f"b.toml:{h}", [f"b.toml:{n}" for n in at])
+        for h, at in zip(headers, expressions, strict=True)
+    ], text
+
+
+# ---- tolerance -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("10%", 0.10), ("0.1", 0.10), (" 25% ", 0.25), ("0", 0.0), ("0%", 0.0), ("999%", 9.99)],
+)
+def test_parse_tolerance(text: str, value: float) -> None:
+    assert parse_tolerance(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("lots", "expected a number or a percentage such as 10%"),
+        ("%", "expected a number or a percentage such as 10%"),
+        ("", "expected a number or a percentage such as 10%"),
+        ("10 %%", "expected a number or a percentage such as 10%"),
+        ("-1%", "must be between 0% and 1000%"),
+        ("1000%", "must be between 0% and 1000%"),
+        ("10", "must be between 0% and 1000%"),
+        ("nan", "must be between 0% and 1000%"),
+        ("inf%", "must be between 0% and 1000%"),
+    ],
+)
+def test_parse_tolerance_rejects(text: str, reason: str) -> None:
+    with pytest.raises(BudgetError) as info:
+        parse_tolerance(text)
+    assert info.value.reason == reason and str(info.value) == reason

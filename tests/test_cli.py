@@ -101,3 +101,17 @@ def test_sim_is_still_there(capsys: pytest.CaptureFixture[str]) -> None:
         main(["sim", "--help"])
     assert info.value.code == 0
     assert "--preset" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "reason"),
+    [("lots", "expected a number or a percentage"), ("2000%", "must be between 0% and 1000%")],
+)
+def test_a_bad_tolerance_is_a_usage_error(
+    shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tolerance: str, reason: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["compare", str(shards[0]), str(shards[1]), "--tolerance", tolerance])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --tolerance: not a tolerance: '{tolerance}' ({reason}" in err, err

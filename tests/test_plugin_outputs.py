@@ -94,6 +94,21 @@ def test_bad_output_options_are_usage_errors_before_tests_run(
     assert "Traceback" not in result.stderr.str()
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("lots", "--latency-tolerance=lots: expected a number or a percentage such as 10%"),
+        ("20", "--latency-tolerance=20: must be between 0% and 1000%"),
+    ],
+)
+def test_a_bad_tolerance_says_what_a_tolerance_is(
+    tester: pytest.Pytester, value: str, message: str
+) -> None:
+    result = tester.runpytest("--latency-sim=instant", f"--latency-tolerance={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
 def test_an_unwritable_directory_is_a_usage_error(tester: pytest.Pytester) -> None:
     if os.geteuid() == 0:
         pytest.skip("root writes anywhere: permission bits cannot make a directory unwritable")

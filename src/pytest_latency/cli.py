@@ -75,13 +75,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _tolerance(text: str) -> float:
+    from pytest_latency.budgets import BudgetError, parse_tolerance
+
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a tolerance: {text!r} (try 10%)") from None
-    if not 0 <= value < 10:
-        raise argparse.ArgumentTypeError(f"tolerance out of range: {text!r}")
-    return value
+        return parse_tolerance(text)
+    except BudgetError as exc:
+        raise argparse.ArgumentTypeError(f"not a tolerance: {text!r} ({exc.reason})") from None
 
 
 def _fail(message: str) -> int:

@@ -86,16 +86,12 @@ def _tolerance(config: pytest.Config) -> float:
     raw = config.getoption("latency_tolerance", default=None)
     if raw is None:
         return 0.10
-    text = str(raw).strip()
+    from pytest_latency.budgets import BudgetError, parse_tolerance
+
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise pytest.UsageError(
-            f"--latency-tolerance={raw}: expected a number or a percentage such as 10%"
-        ) from None
-    if not 0 <= value < 10:
-        raise pytest.UsageError(f"--latency-tolerance={raw}: must be between 0% and 1000%")
-    return value
+        return parse_tolerance(str(raw))
+    except BudgetError as exc:
+        raise pytest.UsageError(f"--latency-tolerance={raw}: {exc.reason}") from None
 
 
 def read_outputs(config: pytest.Config) -> Outputs:

@@ -1,0 +1,206 @@
+"""A parsed budget: `Expectation` and its `Condition`s, and values rendered in a budget's unit.
+
+Owns the frozen records the parser produces (`ttft{model=m}.p95 < 400ms`, `good(ttft < 400ms)
+>= 95%`), their vocabulary (operators, the `good` pseudo-metric, filter keys, time units), how a
+statistic is judged against a threshold, and how a base-unit value reads back in the unit the
+author wrote (`612000.0` µs → `612 ms`). Thresholds are in the catalogue's base units:
+microseconds for time, 0..1 for ratios, plain numbers for tokens and counts.
+Imports only the stdlib and `pytest_latency.catalogue`; never pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from pytest_latency.catalogue import METRICS, Dimension
+
+__all__ = [
+    "FILTER_KEYS",
+    "GOOD",
+    "OPS",
+    "TIME_UNITS",
+    "VALUE_STOP",
+    "Condition",
+    "Expectation",
+    "Op",
+    "format_number",
+]
+
+
+Op = Literal["<", "<=", ">", ">="]
+OPS: Final[tuple[Op, ...]] = ("<", "<=", ">", ">=")
+
+# The pseudo-metric of goodput expressions. Deliberately not a catalogue entry: it is computed
+# from other metrics per call, and the catalogue stays the list of things we measure.
+GOOD: Final = "good"
+
+FILTER_KEYS: Final = ("api", "endpoint", "model")
+
+# Microseconds per unit. Both the micro sign (U+00B5, what keyboards type) and the Greek mu
+# (U+03BC, what NFKC turns the micro sign into) are accepted, because they render identically.
+TIME_UNITS: Final[Mapping[str, float]] = {
+    "ns": 1e-3,
+    "us": 1.0,
+    "\u00b5s": 1.0,
+    "\u03bcs": 1.0,
+    "ms": 1e3,
+    "s": 1e6,
+}
+# A bare filter value ends at whitespace or at the filter's own punctuation.
+VALUE_STOP: Final = frozenset(",={}'\"")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One per-call condition inside `good(...)`, e.g. `ttft < 400ms`."""
+
+    text: str = field(compare=False)
+    metric: str
+    op: Op
+    threshold: float  # in the metric's base unit
+    unit: str
+
+    def holds(self, value: float) -> bool:
+        return _compare(value, self.op, self.threshold)
+
+    def format_value(self, value: float) -> str:
+        return _format(value, METRICS[self.metric].dimension, self.unit)
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} {self.op} {self.format_value(self.threshold)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """One parsed budget: `metric{filters}.stat op threshold`.
+
+    `threshold` is in the metric's base unit (µs for time, 0..1 for ratios); `unit` is the unit
+    the author wrote, used only to render values back in their terms. `stat` is None for
+    aggregates and for `good(...)`; `percentile` is set only for `pN` stats. For goodput,
+    `metric` is `"good"`, `conditions` holds the per-call conditions and the threshold is the
+    required fraction of good calls. Equality is by meaning: `text` and `source` are kept for
+    messages but not compared, so the same budget from two places is one budget.
+    """
+
+    text: str = field(compare=False)
+    metric: str
+    stat: str | None
+    percentile: float | None
+    op: Op
+    threshold: float
+    filters: tuple[tuple[str, str], ...] = ()
+    conditions: tuple[Condition, ...] = ()
+    source: str = field(default="", compare=False)
+    unit: str = ""
+
+    @property
+    def dimension(self) -> Dimension:
+        return Dimension.RATIO if self.metric == GOOD else METRICS[self.metric].dimension
+
+    @property
+    def is_goodput(self) -> bool:
+        return self.metric == GOOD
+
+    @property
+    def label(self) -> str:
+        """The left-hand side in canonical form: `ttft{model=x}.p95`, `good(ttft < 400 ms)`."""
+        filters = ""
+        if self.filters:
+            filters = "{" + ",".join(f"{k}={_filter_value(v)}" for k, v in self.filters) + "}"
+        if self.is_goodput:
+            return f"{GOOD}{filters}(" + ", ".join(c.label for c in self.conditions) + ")"
+        stat = f".{self.stat}" if self.stat else ""
+        return f"{self.metric}{filters}{stat}"
+
+    def holds(self, value: float) -> bool:
+        """Whether an observed statistic (in base units) meets the budget."""
+        return _compare(value, self.op, self.threshold)
+
+    def good_call(self, values: Mapping[str, float]) -> bool:
+        """Whether one call meets every `good(...)` condition.
+
+        A condition on a metric the call does not have (the `tpot` of a one-token answer) does
+        not make the call bad, as in vLLM's goodput. A failed call is never good: the caller
+        counts it in the denominator without asking.
+        """
+        if not self.is_goodput:
+            raise ValueError(f"{self.text!r} is not a good(...) expression")
+        return all(c.holds(values[c.metric]) for c in self.conditions if c.metric in values)
+
+    def format_value(self, value: float) -> str:
+        """Render a base-unit value in this expression's unit: `612000.0` → `'612 ms'`."""
+        return _format(value, self.dimension, self.unit)
+
+    def describe(
+        self,
+        value: float,
+        *,
+        n: int | None = None,
+        interval: tuple[float, float] | None = None,
+    ) -> str:
+        """`ttft.p95 = 612 ms > 400 ms (n=20)`: the observed value, how it compares, the budget.
+
+        The operator shown is the true relation between the value and the threshold, so the
+        same sentence reads right for a pass and a miss.
+        """
+        if math.isnan(value):
+            relation = "?"
+        else:
+            relation = "<" if value < self.threshold else ">" if value > self.threshold else "="
+        parts = []
+        if n is not None:
+            parts.append(f"n={n}")
+        if interval is not None:
+            lo, hi = interval
+            lo_s = "-∞" if lo == -math.inf else self.format_value(lo)
+            hi_s = "∞" if hi == math.inf else self.format_value(hi)
+            parts.append(f"interval {lo_s} .. {hi_s}")
+        tail = f" ({', '.join(parts)})" if parts else ""
+        shown, limit = self.format_value(value), self.format_value(self.threshold)
+        return f"{self.label} = {shown} {relation} {limit}{tail}"
+
+
+def _compare(value: float, op: Op, threshold: float) -> bool:
+    if op == "<":
+        return value < threshold
+    if op == "<=":
+        return value <= threshold
+    if op == ">":
+        return value > threshold
+    return value >= threshold
+
+
+def _format(value: float, dimension: Dimension, unit: str) -> str:
+    if math.isnan(value):
+        return "nan"
+    if dimension is Dimension.TIME:
+        return f"{format_number(value / TIME_UNITS[unit])} {unit}"
+    if dimension is Dimension.RATIO:
+        return f"{format_number(value * 100)}%" if unit == "%" else format_number(value)
+    if unit:
+        return f"{format_number(value)} {unit}"
+    return format_number(value)
+
+
+def format_number(x: float) -> str:
+    """About three significant digits, never in exponent form: 612, 41.5, 0.42, 1234."""
+    if math.isinf(x):
+        return "∞" if x > 0 else "-∞"
+    ax = abs(x)
+    if ax >= 100 or ax == 0:
+        return f"{x:.0f}"
+    text = f"{x:.1f}" if ax >= 10 else f"{x:.2f}" if ax >= 1 else f"{x:.3g}"
+    if "e" in text:  # tiny values: keep them readable rather than exact
+        text = f"{x:.6f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _filter_value(value: str) -> str:
+    bare = all(c.isascii() and c.isprintable() and not c.isspace() for c in value)
+    if value and bare and not any(c in VALUE_STOP for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

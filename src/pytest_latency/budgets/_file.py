@@ -1,0 +1,284 @@
+"""budgets.toml: loading and validating it into a `BudgetFile`, and choosing a test's rules.
+
+Owns `Defaults` (`[defaults]` sampling), `BudgetRule` (one `[[budget]]`: a node-id glob and/or a
+marker, and its expectations), `BudgetFile` (the whole file, with the `[session]` budgets), the
+file's schema and its limits, and turning every mistake (unreadable, not UTF-8, invalid TOML, a
+wrong key or value, a bad expression) into one `BudgetError` that names `file:line`.
+tomllib is the parser of record; `_lines` only finds where a path is.
+Imports only the stdlib, `pytest_latency.catalogue` (through its siblings) and its siblings;
+never pytest.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import fnmatch
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+from pytest_latency.budgets._errors import BudgetError, quote
+from pytest_latency.budgets._expression import Expectation
+from pytest_latency.budgets._lines import Lines
+from pytest_latency.budgets._lines import Path as _Path
+from pytest_latency.budgets._parser import parse_expectation
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on the 3.10 CI job only
+    # mypy checks as 3.10 while the dev venv (3.11+) has no tomli installed.
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+__all__ = [
+    "MAX_SAMPLES",
+    "BudgetFile",
+    "BudgetRule",
+    "Defaults",
+    "load_budget_file",
+    "parse_budget_file",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """`[defaults]`: sampling for every budgeted test whose marker does not say otherwise."""
+
+    samples: int | None = None
+    warmup: int | None = None
+    max_samples: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRule:
+    """One `[[budget]]` table: which tests it selects and what it expects of them.
+
+    A test is selected when its node id matches `select` (an fnmatch glob) and it carries the
+    `marker`; a rule with only one of the two uses only that one.
+    """
+
+    expectations: tuple[Expectation, ...]
+    select: str | None = None
+    marker: str | None = None
+    source: str = ""
+
+    def selects(self, nodeid: str, markers: Sequence[str] = ()) -> bool:
+        if self.select is not None and not _glob(nodeid, self.select):
+            return False
+        return self.marker is None or self.marker in markers
+
+
+def _glob(nodeid: str, pattern: str) -> bool:
+    # fnmatchcase: node ids are case-sensitive on every platform, unlike fnmatch on Windows.
+    # A pattern that names a file or directory also selects every test in it.
+    if fnmatch.fnmatchcase(nodeid, pattern):
+        return True
+    path = nodeid.split("::", 1)[0]
+    return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(nodeid, pattern + "::*")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetFile:
+    """A loaded `budgets.toml`."""
+
+    path: str
+    defaults: Defaults = Defaults()
+    rules: tuple[BudgetRule, ...] = ()
+    session: tuple[Expectation, ...] = ()
+
+    def rules_for(self, nodeid: str, markers: Sequence[str] = ()) -> tuple[BudgetRule, ...]:
+        return tuple(r for r in self.rules if r.selects(nodeid, markers))
+
+
+_TOP_KEYS: Final = ("defaults", "budget", "session")
+# A run-away sample count would turn one test into hours of API spend; cap it visibly.
+MAX_SAMPLES: Final = 100_000
+_DEFAULT_KEYS: Final = ("samples", "warmup", "max_samples")
+_RULE_KEYS: Final = ("select", "marker", "expect")
+_SESSION_KEYS: Final = ("expect",)
+
+
+def load_budget_file(path: str | Path) -> BudgetFile:
+    """Read and validate a budgets.toml; every `BudgetError` names `file:line`."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise BudgetError(f"cannot read budget file: {exc.strerror or exc}", source=str(p)) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # The line of the first byte that is not UTF-8 (a UTF-16 file fails at its BOM: line 1).
+        line = raw.count(b"\n", 0, exc.start) + 1
+        if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            why = "it starts with a UTF-16 byte-order mark; save it as UTF-8"
+        else:
+            why = f"{exc.reason} at byte {exc.start}; save it as UTF-8"
+        raise BudgetError(f"budget file is not UTF-8 ({why})", source=f"{p}:{line}") from exc
+    return parse_budget_file(text, path=str(p))
+
+
+def parse_budget_file(text: str, *, path: str) -> BudgetFile:
+    """Validate the text of a budgets.toml (`path` is only used in messages).
+
+    A leading UTF-8 byte-order mark (Windows editors write one) is ignored: tomllib rejects it,
+    and it is invisible in every editor, so an error about it would help no one.
+    """
+    text = text.removeprefix("\ufeff")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _toml_error(exc, text, path) from exc
+    return _FileReader(text, path).read(data)
+
+
+def _toml_error(exc: tomllib.TOMLDecodeError, text: str, path: str) -> BudgetError:
+    # tomllib puts "(at line L, column C)" in its message; lift the line into file:line. At the
+    # end of the document it gives no line: name the line where the value left open started
+    # (or the last line).
+    message = str(exc)
+    _, found, rest = message.partition("(at line ")
+    line = rest.split(",", 1)[0].split(")", 1)[0]
+    if found and line.isdigit():
+        return BudgetError(f"invalid TOML: {message}", source=f"{path}:{line}")
+    located = Lines(text) if "end of document" in message else None
+    if located is not None and located.unclosed is not None:
+        line, kind = str(located.unclosed), located.unclosed_kind
+        hint = f"; the {kind} opened on line {line} is never closed"
+        return BudgetError(f"invalid TOML: {message}{hint}", source=f"{path}:{line}")
+    last = len(text.rstrip().splitlines())
+    return BudgetError(f"invalid TOML: {message}", source=f"{path}:{max(1, last)}")
+
+
+class _FileReader:
+    """Validates the decoded TOML; every error names the line `Lines` found for its path."""
+
+    def __init__(self, text: str, path: str) -> None:
+        self.lines = Lines(text)
+        self.path = path
+
+    def where(self, path: _Path) -> str:
+        return f"{self.path}:{self.lines.line_of(path)}"
+
+    def fail(self, reason: str, path: _Path) -> NoReturn:
+        raise BudgetError(reason, source=self.where(path))
+
+    def read(self, data: dict[str, Any]) -> BudgetFile:
+        for key in data:
+            if key in _DEFAULT_KEYS:
+                self.fail(
+                    f"{key!r} is a key of [defaults], not a table: put it under a [defaults] "
+                    f"header (keys above the first [header] are top-level)",
+                    (key,),
+                )
+            if key in _RULE_KEYS:
+                self.fail(
+                    f"{key!r} is a key of a [[budget]] rule (or, for 'expect', of [session]), "
+                    f"not a table: put it under a [[budget]] or [session] header",
+                    (key,),
+                )
+            if key not in _TOP_KEYS:
+                self.unknown(key, _TOP_KEYS, "top-level table", (key,))
+        defaults = self.defaults(data.get("defaults", {}))
+        budgets = data.get("budget", [])
+        if not isinstance(budgets, list) or not all(isinstance(b, dict) for b in budgets):
+            self.fail("'budget' must be an array of tables: [[budget]]", ("budget",))
+        rules = tuple(self.rule(b, i) for i, b in enumerate(budgets))
+        if "session" not in data:
+            return BudgetFile(self.path, defaults, rules, ())
+        session_table = data["session"]
+        if not isinstance(session_table, dict):
+            self.fail("'session' must be a table: [session]", ("session",))
+        for key in session_table:
+            if key not in _SESSION_KEYS:
+                self.unknown(key, _SESSION_KEYS, "key in [session]", ("session", key))
+        session = self.expectations(session_table, ("session",), "[session]")
+        return BudgetFile(self.path, defaults, rules, session)
+
+    def unknown(self, key: str, valid: Sequence[str], what: str, path: _Path) -> NoReturn:
+        close = difflib.get_close_matches(key, valid, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        self.fail(f"unknown {what} {key!r}; {hint}valid: {', '.join(valid)}", path)
+
+    def defaults(self, table: Any) -> Defaults:
+        if not isinstance(table, dict):
+            self.fail("'defaults' must be a table: [defaults]", ("defaults",))
+        values: dict[str, int | None] = {}
+        for key, value in table.items():
+            at = ("defaults", key)
+            if key not in _DEFAULT_KEYS:
+                self.unknown(key, _DEFAULT_KEYS, "key in [defaults]", at)
+            lowest = 0 if key == "warmup" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                self.fail(f"{key} must be an integer >= {lowest}, got {value!r}", at)
+            if value > MAX_SAMPLES:
+                self.fail(f"{key} = {value} is over the limit of {MAX_SAMPLES}", at)
+            values[key] = value
+        defaults = Defaults(**values)
+        if (
+            defaults.samples is not None
+            and defaults.max_samples is not None
+            and defaults.max_samples < defaults.samples
+        ):
+            self.fail(
+                f"max_samples ({defaults.max_samples}) is below samples ({defaults.samples})",
+                ("defaults", "max_samples"),
+            )
+        return defaults
+
+    def rule(self, table: dict[str, Any], index: int) -> BudgetRule:
+        here: _Path = ("budget", index)
+        for key in table:
+            if key not in _RULE_KEYS:
+                self.unknown(key, _RULE_KEYS, "key in [[budget]]", (*here, key))
+        select, marker = table.get("select"), table.get("marker")
+        for key, value in (("select", select), ("marker", marker)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                self.fail(f"{key} must be a non-empty string, got {value!r}", (*here, key))
+        if marker is not None and not marker.isidentifier():
+            self.fail(f"marker must be a pytest marker name, got {marker!r}", (*here, "marker"))
+        if select is None and marker is None:
+            self.fail(
+                "a [[budget]] needs 'select' (a node-id glob) and/or 'marker' to choose tests",
+                here,
+            )
+        expectations = self.expectations(table, here, "[[budget]]")
+        return BudgetRule(expectations, select, marker, self.where(here))
+
+    def expectations(
+        self, table: dict[str, Any], here: _Path, what: str
+    ) -> tuple[Expectation, ...]:
+        """`expect` of a [[budget]] or of [session]: the same rules for both (a non-empty list
+        of expressions, or one string; no budget twice)."""
+        if "expect" not in table:
+            self.fail(f"a {what} needs 'expect = [...]'", here)
+        value = table["expect"]
+        at: _Path = (*here, "expect")
+        items: list[tuple[Any, _Path]]
+        if isinstance(value, str):
+            items = [(value, at)]
+        elif isinstance(value, list):
+            items = [(item, (*at, j)) for j, item in enumerate(value)]
+        else:
+            self.fail(f"'expect' must be a list of strings, got {type(value).__name__}", at)
+        if not items:
+            self.fail(f"'expect' is empty: a {what} with no budget checks nothing", at)
+        parsed: list[Expectation] = []
+        # The same budget by meaning: 'ttft.p95 < 400ms' and 'ttft.p95<0.4s' are one budget.
+        seen: dict[tuple[str, str, float], tuple[Expectation, _Path]] = {}
+        for item, item_at in items:
+            expectation = parse_expectation(item, source=self.where(item_at))
+            key = (expectation.label, expectation.op, expectation.threshold)
+            previous, first = seen.setdefault(key, (expectation, item_at))
+            if first != item_at:
+                self.fail(
+                    f"'expect' of this {what} gives the same budget twice: "
+                    f"{quote(previous.text)} (line {self.lines.line_of(first)}) and "
+                    f"{quote(expectation.text)} (line {self.lines.line_of(item_at)}); "
+                    f"remove one",
+                    item_at,
+                )
+            parsed.append(expectation)
+        return tuple(parsed)
