@@ -253,3 +253,45 @@ def test_closing_a_read_ahead_stream_early_is_not_an_error() -> None:
                 break
     (record,) = records
     assert record.error is None and record.t_closed_ns is not None
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_auto_capture_covers_async_default_transports_and_restores_them(lib: Any) -> None:
+    originals = (lib.HTTPTransport.handle_request, lib.AsyncHTTPTransport.handle_async_request)
+    records: list[WireRecord] = []
+
+    async def run() -> None:
+        plain = lib.AsyncClient()
+        wrapped = capture.instrument(lib.AsyncClient(), sink=records.append)
+        for client in (plain, wrapped):
+            with pytest.raises(lib.ConnectError):
+                await client.get("http://127.0.0.1:9/")
+            await client.aclose()
+
+    uninstall = capture.install_auto_capture(sink=records.append)
+    try:
+        assert lib.AsyncHTTPTransport.handle_async_request is not originals[1]
+        asyncio.run(run())
+    finally:
+        uninstall()
+    assert [r.error for r in records] == ["ConnectError", "ConnectError"]  # once each
+    assert all(r.loop_lag is not None for r in records)  # async: the loop monitor covered them
+    assert (lib.HTTPTransport.handle_request, lib.AsyncHTTPTransport.handle_async_request) == (
+        originals
+    )
+
+
+def test_only_the_binding_imports_an_http_library() -> None:
+    """`_stream` and `_instrument` stay library-independent: a new binding reuses them as is."""
+    import ast
+    from pathlib import Path
+
+    package = Path(capture.__file__).parent
+    for name in ("_stream.py", "_instrument.py", "__init__.py"):
+        tree = ast.parse((package / name).read_text(encoding="utf-8"))
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        tops = {m.split(".")[0] for m in imported}
+        assert not tops & {"httpx", "httpx2", "aiohttp"}, (name, tops)
+    stream = (package / "_stream.py").read_text(encoding="utf-8")
+    assert "importlib" not in stream and "_httpx" not in stream

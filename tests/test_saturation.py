@@ -16,9 +16,9 @@ from latency_data import call_metrics as synthetic
 from latency_data import pool_of
 
 import pytest_latency.sim  # noqa: F401
-from pytest_latency import capture
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.calls import Call
+from pytest_latency.capture import _stream
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics, call_metrics
 from pytest_latency.verdicts import FLAGGED_EXPR, judge
 from pytest_latency.wire import LoopLag, WireRecord
@@ -43,15 +43,15 @@ def _record(t_start: int) -> WireRecord:
 def test_the_monitor_runs_while_a_call_is_in_flight_and_stops_by_itself() -> None:
     async def main() -> tuple[WireRecord, bool]:
         record = _record(time.perf_counter_ns())
-        capture._watch_loop(record, time.perf_counter_ns)
+        _stream.watch_loop(record, time.perf_counter_ns)
         await asyncio.sleep(0.05)
         # The loop is blocked for 30 ms: the next wake-up is that late.
         time.sleep(0.03)
         await asyncio.sleep(0.02)
         record.t_eof_ns = time.perf_counter_ns()
         # The monitor notices within a scan period that nothing is in flight.
-        await asyncio.sleep(capture.LAG_TICK_NS * capture.LAG_SCAN_TICKS * 3 / 1e9)
-        monitor = capture._MONITORS[asyncio.get_running_loop()]
+        await asyncio.sleep(_stream.LAG_TICK_NS * _stream.LAG_SCAN_TICKS * 3 / 1e9)
+        monitor = _stream.MONITORS[asyncio.get_running_loop()]
         stopped = monitor.log is None and not monitor.inflight
         tasks = asyncio.all_tasks() - {asyncio.current_task()}
         return record, stopped and not tasks
@@ -68,21 +68,21 @@ def test_a_loop_closed_with_a_call_in_flight_leaves_no_pending_task() -> None:
     # asyncio.run cancels what is left: the monitor ends quietly (filterwarnings=error, and the
     # "Task was destroyed but it is pending" log would show as an unraisable error).
     async def main() -> None:
-        capture._watch_loop(_record(time.perf_counter_ns()), time.perf_counter_ns)
+        _stream.watch_loop(_record(time.perf_counter_ns()), time.perf_counter_ns)
         await asyncio.sleep(0.01)
 
     asyncio.run(main())
     gc.collect()
-    assert not capture._MONITORS  # the entry died with its loop
+    assert not _stream.MONITORS  # the entry died with its loop
 
 
 def test_no_monitor_for_sync_calls_or_an_injected_clock() -> None:
     record = _record(0)
-    capture._watch_loop(record, time.perf_counter_ns)  # no running loop
+    _stream.watch_loop(record, time.perf_counter_ns)  # no running loop
     assert record.loop_lag is None
 
     async def main() -> None:
-        capture._watch_loop(record, lambda: 0)
+        _stream.watch_loop(record, lambda: 0)
 
     asyncio.run(main())
     assert record.loop_lag is None

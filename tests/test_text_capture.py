@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import anthropic
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 import pytest_latency.sim  # noqa: F401
 from pytest_latency import instrument
@@ -53,9 +55,11 @@ def test_no_header_or_api_key_is_stored_by_either_sdk(sim: SimServer) -> None:
         anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key=API_KEY),
         sink=recording.sink,
     )
-    messages = [{"role": "user", "content": PROMPT}]
-    for _ in oa.chat.completions.create(model="m", messages=messages, stream=True):
+    # instrument keeps each client's type: the SDKs' own message types apply.
+    chat_messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
+    for _ in oa.chat.completions.create(model="m", messages=chat_messages, stream=True):
         pass
+    messages: list[MessageParam] = [{"role": "user", "content": PROMPT}]
     an.messages.create(model="m", max_tokens=16, messages=messages)
     oa.close()
     an.close()

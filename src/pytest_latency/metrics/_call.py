@@ -49,7 +49,7 @@ CONSUMER_AWAY_NS = 1_000_000
 CONSUMER_BOUND_FRACTION = 0.10
 CONSUMER_BOUND_MIN = 2
 # Client saturation (docs/metrics.md, "Client saturation"): an async call is flagged when its event
-# loop woke up more than this late from a 2 ms sleep while the call was in flight. A chunk that
+# loop woke up more than this late from a 10 ms sleep while the call was in flight. A chunk that
 # arrives while the loop is busy is stamped when the loop gets to it, so this bounds how far the
 # call's stamps can be off. Measured on a loaded 2-core box: healthy loops show up to ~7 ms (the
 # GIL's 5 ms switch interval against an in-process server) and up to ~22 ms in a pytest run (SDK
