@@ -95,4 +95,3 @@ class SseParser:
             self._event = value
         # `id` and `retry` steer reconnection, which a recorded attempt never does; other
         # field names are ignored by the spec.
-
