@@ -26,7 +26,19 @@ from test_metrics import (
 )
 
 from pytest_latency.metrics import CallMetrics, call_metrics
-from pytest_latency.metrics._sse import SseEvent, SseParser, parse_sse
+from pytest_latency.metrics._sse import SseEvent, SseParser
+
+
+def parse_sse(chunks: list[tuple[int, bytes]]) -> list[SseEvent]:
+    """A whole stream of (arrival_ns, bytes) chunks through one `SseParser`, as the scan feeds
+    it; the read index is the list index."""
+    parser = SseParser()
+    out: list[SseEvent] = []
+    for index, (t_ns, data) in enumerate(chunks):
+        out.extend(parser.feed(data, t_ns, index))
+    if chunks:
+        out.extend(parser.finish(chunks[-1][0], len(chunks) - 1))
+    return out
 
 
 def events(chunks: list[tuple[int, bytes]]) -> list[tuple[str, str, int]]:

@@ -1,10 +1,12 @@
 """Wire timeline → per-call metrics: SSE parsing, protocol classification, usage normalisation.
 
 Owns `call_metrics(record) -> CallMetrics`, the only way the rest of the package turns a captured
-HTTP attempt into numbers, and the vocabulary it uses (API names, output channels). Its private
-modules: `_body` (content-encoding), `_sse` (event parsing with arrival stamps), `_protocols`
-(API detection and event classification), `_usage` (usage normalisation), `_fingerprint` (prompt
-and output hashes for diagnosis, never text), `_call` (assembly).
+HTTP attempt into numbers, and the vocabulary it uses (API names, output channels). Its parts:
+`apis/` (one adapter per wire API behind the `WireApi` Protocol: detection, event and body
+classification, usage shapes, output text), and the generic modules that ask the adapter:
+`_body` (content-encoding), `_sse` (event parsing with arrival stamps), `_scan` (the body walk),
+`_usage` (the normalised meaning of usage), `_fingerprint` (prompt and output hashes for
+diagnosis, never text), `_call` (assembly).
 May import only the stdlib, `pytest_latency.wire` and `pytest_latency.catalogue`; never pytest,
 never httpx. Definitions: docs/metrics.md.
 """
@@ -17,20 +19,28 @@ from pytest_latency.metrics._fingerprint import (
     PREFIX_BLOCK_CHARS,
     contains_output,
 )
-from pytest_latency.metrics._protocols import (
-    ANTHROPIC_MESSAGES,
-    APIS,
+from pytest_latency.metrics.apis import (
+    ADAPTERS,
     AUDIO,
     CHANNELS,
-    OPENAI_CHAT,
-    OPENAI_COMPLETIONS,
-    OPENAI_RESPONSES,
     REASONING,
     REFUSAL,
     TEXT,
     TOOL,
     UNKNOWN,
+    WireApi,
+    anthropic_messages,
+    openai_chat,
+    openai_completions,
+    openai_responses,
 )
+
+ANTHROPIC_MESSAGES = anthropic_messages.NAME
+OPENAI_CHAT = openai_chat.NAME
+OPENAI_RESPONSES = openai_responses.NAME
+OPENAI_COMPLETIONS = openai_completions.NAME
+# Every value CallMetrics.api takes: the adapters' names, in registry order, then UNKNOWN.
+APIS = (*(api.NAME for api in ADAPTERS), UNKNOWN)
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
@@ -49,6 +59,7 @@ __all__ = [
     "TOOL",
     "UNKNOWN",
     "CallMetrics",
+    "WireApi",
     "call_metrics",
     "contains_output",
 ]

@@ -12,31 +12,21 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import json
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from pytest_latency.metrics._body import DecodedBody, decode_reads
+from pytest_latency.metrics._body import decode_reads
 from pytest_latency.metrics._fingerprint import (
     PREFIX_HASH_CHARS,
-    OutputText,
     estimated_tokens,
     output_print,
     prompt_text,
     request_print,
 )
-from pytest_latency.metrics._protocols import (
-    ANTHROPIC_MESSAGES,
-    REASONING,
-    UNKNOWN,
-    api_from_path,
-    api_from_payload,
-    classify_body,
-    classify_event,
-)
-from pytest_latency.metrics._sse import SseEvent, SseParser
-from pytest_latency.metrics._usage import UsageTracker
+from pytest_latency.metrics._scan import json_object as _json_object
+from pytest_latency.metrics._scan import scan_body, scan_error
+from pytest_latency.metrics.apis import REASONING, UNKNOWN
 from pytest_latency.wire import LoopLag, WireRecord
 
 # Consumer-bound detector (sdk-findings §3.5): a read that returned in under 0.3 ms after the
@@ -196,26 +186,6 @@ def _empty_values() -> dict[str, object]:
     return empties
 
 
-@dataclass(slots=True)
-class _Scan:
-    """What the body told us, whatever its format."""
-
-    api: str
-    streamed: bool = False
-    content: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)  # t, read, ch
-    usage: UsageTracker | None = None
-    error: str | None = None
-    error_message: str | None = None
-    terminal: bool = False
-    model: str | None = None
-    notes: list[str] = field(default_factory=list)
-    output: OutputText = field(default_factory=OutputText)
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-
 def call_metrics(record: WireRecord) -> CallMetrics:
     """Compute the metrics of one recorded attempt. Never raises on malformed input: what cannot
     be read is absent and said so in `notes`."""
@@ -225,15 +195,7 @@ def call_metrics(record: WireRecord) -> CallMetrics:
     model, asked_stream = _request_fields(payload)
     prompt = request_print(payload)
     body = decode_reads(record.reads, record.content_encoding)
-    scan = _Scan(api=api_from_path(endpoint))
-    if body.opaque is not None:
-        scan.note(f"opaque: {body.opaque}")
-    else:
-        kind = _body_kind(record.content_type, asked_stream, body)
-        if kind == "sse":
-            _scan_sse(scan, body)
-        elif kind == "json":
-            _scan_json(scan, body.data)
+    scan = scan_body(endpoint, record.content_type, asked_stream, body)
     if record.prefetched:
         scan.note("prefetched: body was in memory before the transport returned; no token timing")
 
@@ -263,7 +225,7 @@ def call_metrics(record: WireRecord) -> CallMetrics:
     paced_by_consumer = not (record.prefetched or record.read_ahead)
     flagged = _consumer_bound_chunks(record, reads_with_content) if paced_by_consumer else 0
 
-    error, detail = _error(record, scan)
+    error, detail = scan_error(record, scan)
     output_pieces = scan.output.pieces()
     out_shingles, out_digests = output_print(output_pieces)
     t_end = _t_end(record)
@@ -351,121 +313,6 @@ def _request_fields(payload: dict[str, Any] | None) -> tuple[str | None, bool]:
         return None, False
     model = payload.get("model")
     return (model if isinstance(model, str) else None), payload.get("stream") is True
-
-
-def _json_object(data: bytes | str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _body_kind(content_type: str, asked_stream: bool, body: DecodedBody) -> str:
-    mime = content_type.split(";", 1)[0].strip().lower()
-    head = body.data[:64].lstrip()
-    # No SSE stream starts with "{": an error body sent with the stream's content type is JSON.
-    if mime.endswith("json") or head.startswith((b"{", b"[")):
-        return "json"
-    if mime == "text/event-stream":
-        return "sse"
-    # No or a generic content type (mocks, odd proxies): sniff the bytes.
-    if head.startswith((b"data:", b"event:", b":", b"id:")) or (asked_stream and head):
-        return "sse"
-    return "other"
-
-
-def _scan_sse(scan: _Scan, body: DecodedBody) -> None:
-    scan.streamed = True
-    parser = SseParser()
-    events: list[SseEvent] = []
-    last: tuple[int, int] | None = None
-    for read, arrived, piece in body.pieces:
-        if piece:
-            events.extend(parser.feed(piece, arrived, read))
-            last = (arrived, read)
-    if last is not None:
-        events.extend(parser.finish(*last))
-
-    parsed: list[tuple[SseEvent, dict[str, Any] | None]] = []
-    done = False
-    for event in events:
-        if event.data.strip() == "[DONE]":
-            done = True  # OpenAI's end marker; later events (if any) are still read
-            continue
-        parsed.append((event, _json_object(event.data)))
-    if scan.api == UNKNOWN:
-        for _, payload in parsed:
-            if payload is not None and (sniffed := api_from_payload(payload)) != UNKNOWN:
-                scan.api = sniffed
-                break
-    scan.terminal = done
-    scan.usage = UsageTracker(anthropic=scan.api == ANTHROPIC_MESSAGES)
-    non_json = 0
-    for event, payload in parsed:
-        if payload is None:
-            non_json += 1
-            if event.event == "error" and scan.error is None:
-                scan.error, scan.error_message = "error", event.data[:200] or None
-            continue
-        scan.output.feed_event(payload)
-        info = classify_event(scan.api, event.event, payload)
-        if info.channels:
-            scan.content.append((event.t_ns, event.read, info.channels))
-        if info.usage is not None:
-            scan.usage.update(info.usage)
-        if info.error is None and event.event == "error":
-            info_error: str | None = "error"
-        else:
-            info_error = info.error
-        if info_error is not None and scan.error is None:
-            scan.error, scan.error_message = info_error, info.error_message
-        scan.terminal = scan.terminal or info.terminal
-        if scan.model is None and info.model is not None:
-            scan.model = info.model
-        if info.note is not None:
-            scan.note(info.note)
-    if non_json:
-        scan.note(f"{non_json} event(s) with non-JSON data")
-
-
-def _scan_json(scan: _Scan, data: bytes) -> None:
-    payload = _json_object(data)
-    if payload is None:
-        scan.note("body is not a JSON object")
-        return
-    if scan.api == UNKNOWN:
-        scan.api = api_from_payload(payload)
-    scan.output.feed_body(payload)
-    info = classify_body(scan.api, payload)
-    scan.usage = UsageTracker(anthropic=scan.api == ANTHROPIC_MESSAGES)
-    scan.usage.update(info.usage)
-    scan.error, scan.error_message = info.error, info.error_message
-    scan.model = info.model
-    scan.terminal = True
-    if info.note is not None:
-        scan.note(info.note)
-
-
-def _error(record: WireRecord, scan: _Scan) -> tuple[str | None, str | None]:
-    """The first cause wins: the server's status, then its error event, then the transport."""
-    if record.status is not None and record.status >= 400:
-        return f"http_{record.status}", scan.error
-    if scan.error is not None:
-        prefix = "sse_error" if scan.streamed else "body_error"
-        return f"{prefix}:{scan.error}", scan.error_message
-    if record.error is not None:
-        return record.error, record.error_message
-    if (
-        scan.streamed
-        and scan.api != UNKNOWN
-        and record.t_eof_ns is not None
-        and not record.prefetched
-        and not scan.terminal
-    ):
-        # The server ended the body cleanly but never sent the stream's end marker: a cut stream.
-        return "truncated", "stream ended without its end marker"
-    return None, None
 
 
 def _consumer_bound_chunks(record: WireRecord, reads: list[int]) -> int:

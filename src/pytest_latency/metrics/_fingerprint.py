@@ -233,7 +233,8 @@ def estimated_tokens(chars: int | None) -> int | None:
 
 
 class OutputText:
-    """Collects a response's output text per piece (a text block, a tool call's arguments)."""
+    """Collects a response's output text per piece (a text block, a tool call's arguments), as
+    the call's API adapter finds it (`apis/`); keys name a piece within the response."""
 
     def __init__(self) -> None:
         self._pieces: dict[tuple[str, int], list[str]] = {}
@@ -261,79 +262,6 @@ class OutputText:
                     text = _canonical_json(json.loads(text))
             out.append(text)
         return out
-
-    def feed_event(self, payload: Mapping[str, Any]) -> None:
-        """One streamed JSON event of any supported API."""
-        kind = payload.get("type")
-        if kind == "content_block_delta":  # Anthropic
-            delta = payload.get("delta")
-            index = payload.get("index", 0)
-            index = index if isinstance(index, int) else 0
-            if isinstance(delta, Mapping):
-                self.add(("block", index), delta.get("text"))
-                self.add(("block", index), delta.get("partial_json"), tool=True)
-            return
-        if isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta"):
-            index = payload.get("output_index", 0)
-            index = index if isinstance(index, int) else 0
-            if kind in ("response.output_text.delta", "response.refusal.delta"):
-                self.add(("item", index), payload.get("delta"))
-            elif kind == "response.function_call_arguments.delta":
-                self.add(("item", index), payload.get("delta"), tool=True)
-            return
-        choices = payload.get("choices")
-        if isinstance(choices, list):
-            for choice in choices:
-                if isinstance(choice, Mapping):
-                    self._feed_choice(choice)
-
-    def _feed_choice(self, choice: Mapping[str, Any]) -> None:
-        n = choice.get("index", 0)
-        n = n if isinstance(n, int) else 0
-        delta = choice.get("delta", choice.get("message"))
-        if not isinstance(delta, Mapping):
-            self.add(("text", n), choice.get("text"))  # legacy completions
-            return
-        content = delta.get("content")
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, Mapping):
-                    self.add(("text", n), part.get("text"))
-        else:
-            self.add(("text", n), content)
-        calls = delta.get("tool_calls")
-        for position, call in enumerate(calls if isinstance(calls, list) else []):
-            if not isinstance(call, Mapping):
-                continue
-            index = call.get("index", position)
-            function = call.get("function")
-            if isinstance(function, Mapping):
-                key = (f"tool{n}", index if isinstance(index, int) else position)
-                self.add(key, function.get("arguments"), tool=True)
-
-    def feed_body(self, payload: Mapping[str, Any]) -> None:
-        """A non-streamed JSON response of any supported API."""
-        content = payload.get("content")
-        if isinstance(content, list):  # Anthropic message
-            for index, block in enumerate(content):
-                if isinstance(block, Mapping):
-                    self.add(("block", index), block.get("text"))
-                    self.add_object(("block", index), block.get("input"))
-        output = payload.get("output")
-        if isinstance(output, list):  # OpenAI Responses
-            for index, item in enumerate(output):
-                if not isinstance(item, Mapping):
-                    continue
-                self.add(("item", index), item.get("arguments"), tool=True)
-                parts = item.get("content")
-                for part in parts if isinstance(parts, list) else []:
-                    if isinstance(part, Mapping):
-                        self.add(("item", index), part.get("text"))
-        choices = payload.get("choices")
-        if isinstance(choices, list):
-            for choice in choices:
-                if isinstance(choice, Mapping):
-                    self._feed_choice(choice)
 
 
 def output_print(pieces: Iterable[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:

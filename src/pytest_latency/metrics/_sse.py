@@ -95,14 +95,3 @@ class SseParser:
             self._event = value
         # `id` and `retry` steer reconnection, which a recorded attempt never does; other
         # field names are ignored by the spec.
-
-
-def parse_sse(chunks: list[tuple[int, bytes]]) -> list[SseEvent]:
-    """Parse a whole stream of (arrival_ns, bytes) chunks; the read index is the list index."""
-    parser = SseParser()
-    events: list[SseEvent] = []
-    for index, (t_ns, data) in enumerate(chunks):
-        events.extend(parser.feed(data, t_ns, index))
-    if chunks:
-        events.extend(parser.finish(chunks[-1][0], len(chunks) - 1))
-    return events

@@ -1,15 +1,20 @@
-"""Usage normalisation: each provider's token counts mapped onto one meaning.
+"""Usage: the one meaning every API's token counts are normalised to, and its collection.
 
 Owns the rule that `input_tokens` means *all* prompt tokens, cached ones included (the OTel
-convention), and that a count the server did not send is `None`, never 0 and never guessed. Knows
-the usage shapes of Anthropic Messages, OpenAI Chat/Completions and OpenAI Responses (see
-docs/metrics.md, "Usage normalisation"). Stdlib only; imports nothing from the package.
+convention), and that a count the server did not send is `None`, never 0 and never guessed;
+`UsageFields` (counts as an API sent them, before normalisation) and `UsageTracker`, which folds a
+call's usage objects in stream order through its API's adapter. The shapes themselves belong to
+the adapters (`apis/`; docs/metrics.md, "Usage normalisation"). Stdlib only; imports nothing from
+the package at run time (the adapter Protocol for types only).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_latency.metrics.apis import WireApi
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,35 @@ class Usage:
         return self.cache_read_tokens is not None
 
 
+@dataclass(frozen=True, slots=True)
+class UsageFields:
+    """Token counts as one API sent them (Anthropic's `input_tokens` excludes cached ones)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def merged(self, later: UsageFields) -> UsageFields:
+        """Field by field, a count `later` sent winning over this one."""
+        return UsageFields(
+            *(
+                mine if theirs is None else theirs
+                for mine, theirs in (
+                    (self.input_tokens, later.input_tokens),
+                    (self.output_tokens, later.output_tokens),
+                    (self.cache_read_tokens, later.cache_read_tokens),
+                    (self.cache_write_tokens, later.cache_write_tokens),
+                    (self.reasoning_tokens, later.reasoning_tokens),
+                )
+            )
+        )
+
+
+NO_FIELDS = UsageFields()
+
+
 def count(value: object) -> int | None:
     """A token count as sent, or None: bools, floats, strings and negatives are not counts."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -33,84 +67,18 @@ def count(value: object) -> int | None:
     return None
 
 
-def _details(usage: dict[str, Any], key: str) -> dict[str, Any]:
-    value = usage.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 class UsageTracker:
-    """Collects the usage objects of one call, in stream order.
+    """Collects the usage objects of one call, in stream order, through its API's adapter."""
 
-    Anthropic sends usage in pieces (`message_start`, then cumulative `message_delta`s that may
-    repeat the input and cache fields), so it is merged field by field, the latest value winning.
-    OpenAI sends one complete usage object (or, on some compatible servers, a cumulative one per
-    chunk), so the latest object replaces the previous one.
-    """
+    __slots__ = ("_api", "_fields")
 
-    __slots__ = ("_anthropic", "_fields")
-
-    def __init__(self, anthropic: bool) -> None:
-        self._anthropic = anthropic
-        self._fields: dict[str, int] = {}
+    def __init__(self, api: WireApi) -> None:
+        self._api = api
+        self._fields = NO_FIELDS
 
     def update(self, usage: object) -> None:
-        if not isinstance(usage, dict):
-            return
-        fields = _anthropic_fields(usage) if self._anthropic else _openai_fields(usage)
-        if self._anthropic:
-            self._fields.update(fields)
-        else:
-            self._fields = fields
+        if isinstance(usage, dict):
+            self._fields = self._api.read_usage(usage, self._fields)
 
     def result(self) -> Usage:
-        f = self._fields
-        if not self._anthropic:
-            return Usage(
-                input_tokens=f.get("input"),
-                output_tokens=f.get("output"),
-                cache_read_tokens=f.get("cache_read"),
-                cache_write_tokens=f.get("cache_write"),
-                reasoning_tokens=f.get("reasoning"),
-            )
-        # Anthropic's input_tokens excludes both cache counts; the total is the three summed.
-        uncached = f.get("input")
-        read, write = f.get("cache_read"), f.get("cache_write")
-        total = None if uncached is None else uncached + (read or 0) + (write or 0)
-        return Usage(
-            input_tokens=total,
-            output_tokens=f.get("output"),
-            cache_read_tokens=read,
-            cache_write_tokens=write,
-            reasoning_tokens=f.get("reasoning"),
-        )
-
-
-def _put(fields: dict[str, int], key: str, value: object) -> None:
-    n = count(value)
-    if n is not None:
-        fields[key] = n
-
-
-def _anthropic_fields(usage: dict[str, Any]) -> dict[str, int]:
-    fields: dict[str, int] = {}
-    _put(fields, "input", usage.get("input_tokens"))
-    _put(fields, "output", usage.get("output_tokens"))
-    _put(fields, "cache_read", usage.get("cache_read_input_tokens"))
-    _put(fields, "cache_write", usage.get("cache_creation_input_tokens"))
-    details = _details(usage, "output_tokens_details")
-    _put(fields, "reasoning", details.get("thinking_tokens", details.get("reasoning_tokens")))
-    return fields
-
-
-def _openai_fields(usage: dict[str, Any]) -> dict[str, int]:
-    fields: dict[str, int] = {}
-    # Chat/Completions say prompt/completion; Responses says input/output. Both include cached.
-    chat = "prompt_tokens" in usage or "completion_tokens" in usage
-    _put(fields, "input", usage.get("prompt_tokens" if chat else "input_tokens"))
-    _put(fields, "output", usage.get("completion_tokens" if chat else "output_tokens"))
-    prompt = _details(usage, "prompt_tokens_details" if chat else "input_tokens_details")
-    _put(fields, "cache_read", prompt.get("cached_tokens"))
-    _put(fields, "cache_write", prompt.get("cache_write_tokens"))
-    output = _details(usage, "completion_tokens_details" if chat else "output_tokens_details")
-    _put(fields, "reasoning", output.get("reasoning_tokens"))
-    return fields
+        return self._api.normalise_usage(self._fields)

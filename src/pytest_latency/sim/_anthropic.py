@@ -6,8 +6,8 @@ event sequence: ``message_start`` (usage with input_tokens EXCLUDING cache reads
 ``ping``, ``content_block_start``/``content_block_delta``/``content_block_stop`` for thinking
 (``thinking_delta`` then ``signature_delta``), text (``text_delta``) and tool_use
 (``input_json_delta``) blocks, ``message_delta`` with cumulative usage, ``message_stop``; the
-non-streamed message; Anthropic's error shape. Imports only the stdlib, `_wire`, `_faults` and
-`_schedule`.
+non-streamed message; Anthropic's error shape. Implements `_wire.WireFormat` as a module.
+Imports only the stdlib, `_wire`, `_faults` and `_schedule`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from ._wire import (
 )
 
 API = "anthropic.messages"
+PATH = "/v1/messages"
+# Anthropic bills prompt-cache writes and reports them.
+REPORTS_CACHE_WRITES = True
 
 _STOP = {"end": "end_turn", "length": "max_tokens", "tool": "tool_use"}
 

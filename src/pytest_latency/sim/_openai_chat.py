@@ -4,7 +4,8 @@ Owns request parsing (messages and tools into prompt text, ``max_completion_toke
 ``reasoning_effort``) and the response shapes: the role-only first chunk, content /
 ``reasoning_content`` / ``tool_calls`` deltas, the finish chunk, the ``include_usage`` chunk with
 ``choices: []``, ``[DONE]``, the non-streamed ``chat.completion``, and OpenAI's error shape.
-Imports only the stdlib, `_wire`, `_faults` and `_schedule`.
+Implements `_wire.WireFormat` as a module. Imports only the stdlib, `_wire`, `_faults` and
+`_schedule`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from ._wire import (
 )
 
 API = "openai.chat"
+PATH = "/v1/chat/completions"
+# OpenAI caches automatically and bills no writes: it reports cached (read) tokens only.
+REPORTS_CACHE_WRITES = False
 
 _FINISH = {"end": "stop", "length": "length", "tool": "tool_calls"}
 

@@ -6,7 +6,8 @@ Owns request parsing (``instructions`` + ``input`` into prompt text, ``max_outpu
 (or ``function_call_arguments.delta`` × N), the matching ``.done`` events and
 ``response.completed`` with usage, each with a ``sequence_number``. Reasoning is hidden, as OpenAI
 reasoning models do: it costs decode time and shows up in ``output_tokens_details`` only.
-Imports only the stdlib, `_wire`, `_faults` and `_schedule`.
+Implements `_wire.WireFormat` as a module. Imports only the stdlib, `_wire`, `_faults` and
+`_schedule`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from ._wire import (
 )
 
 API = "openai.responses"
+PATH = "/v1/responses"
+# OpenAI caches automatically and bills no writes: it reports cached (read) tokens only.
+REPORTS_CACHE_WRITES = False
 
 
 def parse(raw: Any) -> SimRequest:

@@ -1,6 +1,6 @@
 """The simulated endpoint's HTTP server: aiohttp app, request pipeline, precise sends, runner.
 
-Owns the request pipeline shared by the three APIs (overrides → parse → fault → cache → plan →
+Owns the request pipeline shared by every simulated API (overrides → parse → fault → cache → plan →
 timed writes → truth record), the control endpoints (``/health``, ``/_sim/*``), the send clock
 (absolute due times, coarse sleep plus a cooperative final spin), and `SimServer`, which runs the
 app on its own event loop in a background thread. Imports the stdlib, aiohttp and the other sim
@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
-from . import _anthropic, _openai_chat, _openai_responses
+from . import _apis
 from ._cache import PrefixCache
 from ._clock import SendClock
 from ._faults import HTTP_FAULTS, choose_fault, fault_piece, message_for, retry_headers
@@ -32,7 +32,7 @@ from ._model import LatencyModel, SimSettingsError, parse_override_json
 from ._schedule import Plan, build_plan
 from ._tokens import block_hashes, count_tokens, fingerprint, text_tokens, tool_argument_tokens
 from ._truth import TruthEvent, TruthLog, TruthRecord
-from ._wire import Out, SimRequest, Usage, WireError, dumps
+from ._wire import Out, SimRequest, Usage, WireError, WireFormat, dumps
 
 __all__ = ["SimServer", "serve"]
 
@@ -234,9 +234,8 @@ class _App:
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_post("/v1/chat/completions", self._api(_openai_chat))
-        app.router.add_post("/v1/responses", self._api(_openai_responses))
-        app.router.add_post("/v1/messages", self._api(_anthropic))
+        for wire in _apis.WIRE_FORMATS:  # read per app: a format registered before it is served
+            app.router.add_post(wire.PATH, self._api(wire))
         app.router.add_get("/_sim/truth", self.get_truth)
         app.router.add_delete("/_sim/truth", self.clear_truth)
         app.router.add_post("/_sim/truth/clear", self.clear_truth)
@@ -289,8 +288,8 @@ class _App:
             return web.json_response({"error": {"message": str(exc)}}, status=400)
         return web.json_response(self.engine.model.to_dict())
 
-    # --- the three APIs -----------------------------------------------------------------------
-    def _api(self, wire: ModuleType) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    # --- the simulated APIs (one route per registered wire format) ----------------------------
+    def _api(self, wire: WireFormat) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
             ex = _Exchange(self.engine, wire.API, request)
             self.engine.begin()
@@ -303,7 +302,7 @@ class _App:
 
         return handler
 
-    async def _handle(self, ex: _Exchange, wire: ModuleType) -> web.StreamResponse:
+    async def _handle(self, ex: _Exchange, wire: WireFormat) -> web.StreamResponse:
         request = ex.request
         raw = await request.read()
         try:
@@ -315,7 +314,7 @@ class _App:
         except SimSettingsError as exc:
             return await ex.send_json(400, wire.error_body(400, f"sim override: {exc}"))
         try:
-            req: SimRequest = wire.parse(body)
+            req = wire.parse(body)
         except WireError as exc:
             return await ex.send_json(exc.status, wire.error_body(exc.status, exc.message))
         ex.stream = req.stream
@@ -344,8 +343,7 @@ class _App:
             capacity_tokens=model.cache_capacity_tokens,
             now_s=time.monotonic(),
         )
-        # OpenAI caches automatically and bills no writes: it reports cached_tokens only.
-        write = hit.write_tokens if wire is _anthropic else 0
+        write = hit.write_tokens if wire.REPORTS_CACHE_WRITES else 0
         channels, finish = _channels(model, req, random.Random(f"{model.seed}:{fp}:text"))
         n_pieces = sum(-(-len(t) // model.tokens_per_chunk) for c, t in channels if c != "hidden")
         at = fault_piece(model, n_pieces)
@@ -375,7 +373,7 @@ class _App:
     async def _respond_whole(
         self,
         ex: _Exchange,
-        wire: ModuleType,
+        wire: WireFormat,
         req: SimRequest,
         plan: Plan,
         usage: Usage,
@@ -407,7 +405,7 @@ class _App:
     async def _respond_stream(
         self,
         ex: _Exchange,
-        wire: ModuleType,
+        wire: WireFormat,
         plan: Plan,
         outs: list[Out],
         usage: Usage,

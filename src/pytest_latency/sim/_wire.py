@@ -1,10 +1,12 @@
-"""What the three wire formats share: the parsed request, usage, and the outgoing event list.
+"""What the simulated wire formats share: their Protocol, the parsed request, usage, the events.
 
-Owns `SimRequest` (what a wire module extracts from a request body: prompt text, the cacheable
-prefix, output limits, which channels to produce), `Usage` (normalised token counts), `Out` (one
-payload the server writes at a due offset), `WireError` (a 4xx with the provider's error shape),
-and SSE framing. The wire modules (`_openai_chat`, `_openai_responses`, `_anthropic`) build on
-this; the server consumes it. Stdlib only.
+Owns `WireFormat` (the Protocol one simulated API implements: its name and path, request parsing,
+the streamed events and the whole body it answers with, its error shapes), `SimRequest` (what a
+wire module extracts from a request body: prompt text, the cacheable prefix, output limits, which
+channels to produce), `Usage` (normalised token counts), `Out` (one payload the server writes at
+a due offset), `WireError` (a 4xx with the provider's error shape), and SSE framing. The wire
+modules (`_openai_chat`, `_openai_responses`, `_anthropic`) implement it, `_apis` registers them,
+the server consumes them. Stdlib only (`_schedule` for a type).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ._schedule import Plan
 
 __all__ = [
     "SEQ",
@@ -23,6 +28,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "WireError",
+    "WireFormat",
     "dumps",
     "int_field",
     "part_text",
@@ -93,6 +99,44 @@ class Out:
     tokens: int
     due_ns: int
     piece: int | None = None
+
+
+@runtime_checkable
+class WireFormat(Protocol):
+    """One simulated LLM API. The wire modules implement it as modules (their functions are its
+    members); a new simulated API is one more such module, registered in `_apis`."""
+
+    API: str  # the truth record's `api`, the name pytest_latency.metrics gives it
+    PATH: str  # the POST route it is served on
+    # The API reports prompt-cache writes (Anthropic bills them); OpenAI reports reads only.
+    REPORTS_CACHE_WRITES: bool
+
+    def parse(self, raw: Any) -> SimRequest:
+        """The decoded JSON request body → what the simulator needs; `WireError` if malformed."""
+        ...
+
+    def stream_events(
+        self, req: SimRequest, plan: Plan, usage: Usage, rid: str, created: int, finish: str
+    ) -> list[Out]:
+        """Every write of a streamed answer, in order, each at its due offset.
+
+        `finish` is "end", "length" or "tool"; `rid` is the request id, `created` the Unix time.
+        """
+        ...
+
+    def json_body(
+        self, req: SimRequest, plan: Plan, usage: Usage, rid: str, created: int, finish: str
+    ) -> dict[str, Any]:
+        """The non-streamed answer."""
+        ...
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """The API's error envelope for an HTTP error `status`."""
+        ...
+
+    def stream_error(self, message: str, sequence: int) -> bytes:
+        """A mid-stream error event; `sequence` is the index of the write it replaces."""
+        ...
 
 
 def dumps(obj: Any) -> str:

@@ -1,0 +1,195 @@
+"""The per-call body scan: what a decoded response body says, whatever its API.
+
+Owns the steps between a decoded body and the numbers `_call` assembles: which API the call spoke
+(its path, then its payloads' shape, through `apis`), whether the body is a stream, one JSON
+object or neither, the walk over its events in arrival order (content events with their stamps
+and reads, usage, the model, the first provider error, the end marker, notes, output text), and
+the error kind the call ends with. It knows no API's shapes: every question about a payload goes
+to the call's adapter. May import only the stdlib, `pytest_latency.wire` and its sibling metrics
+modules.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_latency.metrics import apis
+from pytest_latency.metrics._body import DecodedBody
+from pytest_latency.metrics._fingerprint import OutputText
+from pytest_latency.metrics._sse import SseEvent, SseParser
+from pytest_latency.metrics._usage import UsageTracker
+from pytest_latency.metrics.apis import Classified, WireApi
+from pytest_latency.wire import WireRecord
+
+
+@dataclass(slots=True)
+class Scan:
+    """What the body told us, whatever its format."""
+
+    adapter: WireApi
+    streamed: bool = False
+    content: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)  # t, read, ch
+    usage: UsageTracker | None = None
+    error: str | None = None
+    error_message: str | None = None
+    terminal: bool = False
+    model: str | None = None
+    notes: list[str] = field(default_factory=list)
+    output: OutputText = field(default_factory=OutputText)
+
+    @property
+    def api(self) -> str:
+        return self.adapter.NAME
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def json_object(data: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def scan_body(path: str, content_type: str, asked_stream: bool, body: DecodedBody) -> Scan:
+    """Scan a decoded body; the API is the path's, or sniffed from the payloads."""
+    scan = Scan(apis.for_path(path))
+    if body.opaque is not None:
+        scan.note(f"opaque: {body.opaque}")
+        return scan
+    kind = body_kind(content_type, asked_stream, body)
+    if kind == "sse":
+        _scan_sse(scan, body)
+    elif kind == "json":
+        _scan_json(scan, body.data)
+    return scan
+
+
+def body_kind(content_type: str, asked_stream: bool, body: DecodedBody) -> str:
+    mime = content_type.split(";", 1)[0].strip().lower()
+    head = body.data[:64].lstrip()
+    # No SSE stream starts with "{": an error body sent with the stream's content type is JSON.
+    if mime.endswith("json") or head.startswith((b"{", b"[")):
+        return "json"
+    if mime == "text/event-stream":
+        return "sse"
+    # No or a generic content type (mocks, odd proxies): sniff the bytes.
+    if head.startswith((b"data:", b"event:", b":", b"id:")) or (asked_stream and head):
+        return "sse"
+    return "other"
+
+
+def _scan_sse(scan: Scan, body: DecodedBody) -> None:
+    scan.streamed = True
+    parser = SseParser()
+    events: list[SseEvent] = []
+    last: tuple[int, int] | None = None
+    for read, arrived, piece in body.pieces:
+        if piece:
+            events.extend(parser.feed(piece, arrived, read))
+            last = (arrived, read)
+    if last is not None:
+        events.extend(parser.finish(*last))
+
+    parsed: list[tuple[SseEvent, dict[str, Any] | None]] = []
+    done = False
+    for event in events:
+        if event.data.strip() == "[DONE]":
+            # OpenAI's end marker, an SSE-level sentinel whatever the API; later events (if any)
+            # are still read.
+            done = True
+            continue
+        parsed.append((event, json_object(event.data)))
+    if scan.adapter is apis.UNKNOWN_API:
+        for _, payload in parsed:
+            if (
+                payload is not None
+                and (sniffed := apis.for_payload(payload)) is not apis.UNKNOWN_API
+            ):
+                scan.adapter = sniffed
+                break
+    adapter = scan.adapter
+    scan.terminal = done
+    usage = scan.usage = UsageTracker(adapter)
+    # Bound once: this loop runs once per event of every call.
+    output_event, error_of, classify = adapter.output_event, adapter.error, adapter.event
+    output, content = scan.output, scan.content
+    non_json = 0
+    for event, payload in parsed:
+        if payload is None:
+            non_json += 1
+            if event.event == "error" and scan.error is None:
+                scan.error, scan.error_message = "error", event.data[:200] or None
+            continue
+        output_event(payload, output)
+        failure = error_of(payload)
+        if failure is not None:
+            info = Classified(error=failure.kind, error_message=failure.message, terminal=True)
+        else:
+            info = classify(event.event, payload)
+        if info.channels:
+            content.append((event.t_ns, event.read, info.channels))
+        if info.usage is not None:
+            usage.update(info.usage)
+        if info.error is None and event.event == "error":
+            info_error: str | None = "error"
+        else:
+            info_error = info.error
+        if info_error is not None and scan.error is None:
+            scan.error, scan.error_message = info_error, info.error_message
+        scan.terminal = scan.terminal or info.terminal
+        if scan.model is None and info.model is not None:
+            scan.model = info.model
+        if info.note is not None:
+            scan.note(info.note)
+    if non_json:
+        scan.note(f"{non_json} event(s) with non-JSON data")
+
+
+def _scan_json(scan: Scan, data: bytes) -> None:
+    payload = json_object(data)
+    if payload is None:
+        scan.note("body is not a JSON object")
+        return
+    if scan.adapter is apis.UNKNOWN_API:
+        scan.adapter = apis.for_payload(payload)
+    adapter = scan.adapter
+    adapter.output_body(payload, scan.output)
+    failure = adapter.error(payload)
+    if failure is not None:
+        info = Classified(error=failure.kind, error_message=failure.message)
+    else:
+        info = adapter.body(payload)
+    scan.usage = UsageTracker(adapter)
+    scan.usage.update(info.usage)
+    scan.error, scan.error_message = info.error, info.error_message
+    scan.model = info.model
+    scan.terminal = True
+    if info.note is not None:
+        scan.note(info.note)
+
+
+def scan_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None]:
+    """The first cause wins: the server's status, then its error event, then the transport."""
+    if record.status is not None and record.status >= 400:
+        return f"http_{record.status}", scan.error
+    if scan.error is not None:
+        prefix = "sse_error" if scan.streamed else "body_error"
+        return f"{prefix}:{scan.error}", scan.error_message
+    if record.error is not None:
+        return record.error, record.error_message
+    if (
+        scan.streamed
+        and scan.adapter is not apis.UNKNOWN_API
+        and record.t_eof_ns is not None
+        and not record.prefetched
+        and not scan.terminal
+    ):
+        # The server ended the body cleanly but never sent the stream's end marker: a cut stream.
+        return "truncated", "stream ended without its end marker"
+    return None, None

@@ -1,0 +1,79 @@
+"""JSON shapes more than one wire API shares: typed readers of decoded values, the provider
+error envelopes and OpenAI's usage object.
+
+Every adapter accepts every error envelope: proxies and compatible servers put any of them
+behind any path. May import only the stdlib and the metrics modules `_usage` and
+`apis._protocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_latency.metrics._usage import Usage, UsageFields, count
+from pytest_latency.metrics.apis._protocol import ProviderError
+
+
+def is_text(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def as_str(value: object) -> str | None:
+    """A non-empty string, or an integer as one (some servers send numeric error codes)."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def provider_error(payload: Mapping[str, Any]) -> ProviderError | None:
+    """The provider error a payload signals, or None.
+
+    Anthropic: {"type": "error", "error": {"type", "message"}}; OpenAI: {"error": {"type",
+    "code", "message"}}; Responses `error` event: {"type": "error", "code", "message"};
+    vLLM-style: {"object": "error", "type", "message"}.
+    """
+    err = payload.get("error")
+    if isinstance(err, dict):
+        kind = as_str(err.get("type")) or as_str(err.get("code")) or "error"
+        return ProviderError(kind, as_str(err.get("message")))
+    if isinstance(err, str) and err:
+        return ProviderError("error", err)
+    if payload.get("type") == "error":
+        return ProviderError(as_str(payload.get("code")) or "error", as_str(payload.get("message")))
+    if payload.get("object") == "error":
+        kind = as_str(payload.get("type")) or as_str(payload.get("code")) or "error"
+        return ProviderError(kind, as_str(payload.get("message")))
+    return None
+
+
+def openai_usage(usage: Mapping[str, Any]) -> UsageFields:
+    """One complete OpenAI usage object. Chat/Completions say prompt/completion, Responses says
+    input/output (compatible servers mix them up, so both are read); both include cached."""
+    chat = "prompt_tokens" in usage or "completion_tokens" in usage
+    prompt = as_dict(usage.get("prompt_tokens_details" if chat else "input_tokens_details"))
+    output = as_dict(usage.get("completion_tokens_details" if chat else "output_tokens_details"))
+    return UsageFields(
+        input_tokens=count(usage.get("prompt_tokens" if chat else "input_tokens")),
+        output_tokens=count(usage.get("completion_tokens" if chat else "output_tokens")),
+        cache_read_tokens=count(prompt.get("cached_tokens")),
+        cache_write_tokens=count(prompt.get("cache_write_tokens")),
+        reasoning_tokens=count(output.get("reasoning_tokens")),
+    )
+
+
+def openai_normalised(fields: UsageFields) -> Usage:
+    """OpenAI's counts already mean what the package means: input includes cached tokens."""
+    return Usage(
+        input_tokens=fields.input_tokens,
+        output_tokens=fields.output_tokens,
+        cache_read_tokens=fields.cache_read_tokens,
+        cache_write_tokens=fields.cache_write_tokens,
+        reasoning_tokens=fields.reasoning_tokens,
+    )

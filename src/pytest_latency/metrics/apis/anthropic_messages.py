@@ -1,0 +1,138 @@
+"""Anthropic Messages (`POST /v1/messages`): the adapter for its events, bodies and usage.
+
+Owns what Anthropic's stream means: `content_block_delta`s carry text, thinking and tool-input
+content (signature and citation deltas carry none), `message_start` and the cumulative
+`message_delta`s carry usage in pieces, `message_stop` ends the stream; `input_tokens` EXCLUDES
+`cache_read_input_tokens` and `cache_creation_input_tokens`, so the normalised input is the three
+summed. Implements `WireApi` as a module. May import only the stdlib and the metrics modules
+`_usage`, `_fingerprint` and `apis._protocol`/`apis._shapes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_latency.metrics._fingerprint import OutputText
+from pytest_latency.metrics._usage import Usage, UsageFields, count
+from pytest_latency.metrics.apis._protocol import (
+    NOTHING,
+    REASONING,
+    TEXT,
+    TOOL,
+    Classified,
+)
+from pytest_latency.metrics.apis._shapes import as_dict, as_str, is_text, provider_error
+
+NAME = "anthropic.messages"
+
+_TYPES = frozenset(
+    {
+        "message",
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+    }
+)
+# delta type → (the field holding its content, the channel, the answer when it has content)
+_DELTAS = {
+    "text_delta": ("text", Classified(channels=(TEXT,))),
+    "thinking_delta": ("thinking", Classified(channels=(REASONING,))),
+    "input_json_delta": ("partial_json", Classified(channels=(TOOL,))),
+}
+# signature_delta: an integrity signature for a thinking block, never shown to anyone.
+# citations_delta: a pointer into the *input* documents attached to the text being written;
+# the generated words themselves arrive as text_delta. Neither is output the user waits for.
+_NON_CONTENT_DELTAS = frozenset({"signature_delta", "citations_delta"})
+_STOP = Classified(terminal=True)
+
+
+def matches_path(path: str) -> bool:
+    # /v1/messages/count_tokens and /v1/messages/batches do not match: they are not messages.
+    return path.endswith("/messages")
+
+
+def matches_payload(payload: Mapping[str, Any]) -> bool:
+    return payload.get("type") in _TYPES
+
+
+# Any envelope, whatever the path: proxies and compatible servers mix them.
+error = provider_error
+
+
+def event(event: str, payload: Mapping[str, Any]) -> Classified:
+    kind = payload.get("type", event)
+    if kind == "content_block_delta":
+        delta = as_dict(payload.get("delta"))
+        dtype = delta.get("type")
+        spec = _DELTAS.get(dtype) if isinstance(dtype, str) else None
+        if spec is not None:
+            return spec[1] if is_text(delta.get(spec[0])) else NOTHING
+        if dtype in _NON_CONTENT_DELTAS:
+            return NOTHING
+        return Classified(note=f"unknown delta type {str(dtype)[:40]}")
+    if kind == "message_start":
+        message = as_dict(payload.get("message"))
+        return Classified(usage=message.get("usage"), model=as_str(message.get("model")))
+    if kind == "message_delta":
+        return Classified(usage=payload.get("usage"))
+    if kind == "message_stop":
+        return _STOP
+    return NOTHING
+
+
+def body(payload: Mapping[str, Any]) -> Classified:
+    return Classified(usage=payload.get("usage"), model=as_str(payload.get("model")))
+
+
+def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
+    """`message_start` sends the input side, each `message_delta` cumulative counts that may
+    repeat it: merged field by field, the latest count winning."""
+    details = as_dict(usage.get("output_tokens_details"))
+    piece = UsageFields(
+        input_tokens=count(usage.get("input_tokens")),
+        output_tokens=count(usage.get("output_tokens")),
+        cache_read_tokens=count(usage.get("cache_read_input_tokens")),
+        cache_write_tokens=count(usage.get("cache_creation_input_tokens")),
+        reasoning_tokens=count(details.get("thinking_tokens", details.get("reasoning_tokens"))),
+    )
+    return previous.merged(piece)
+
+
+def normalise_usage(fields: UsageFields) -> Usage:
+    # Anthropic's input_tokens excludes both cache counts; the total is the three summed.
+    uncached = fields.input_tokens
+    read, write = fields.cache_read_tokens, fields.cache_write_tokens
+    return Usage(
+        input_tokens=None if uncached is None else uncached + (read or 0) + (write or 0),
+        output_tokens=fields.output_tokens,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        reasoning_tokens=fields.reasoning_tokens,
+    )
+
+
+def output_event(payload: Mapping[str, Any], out: OutputText) -> bool:
+    if payload.get("type") != "content_block_delta":
+        return False
+    delta = payload.get("delta")
+    index = payload.get("index", 0)
+    index = index if isinstance(index, int) else 0
+    if isinstance(delta, Mapping):
+        out.add(("block", index), delta.get("text"))
+        out.add(("block", index), delta.get("partial_json"), tool=True)
+    return True
+
+
+def output_body(payload: Mapping[str, Any], out: OutputText) -> bool:
+    content = payload.get("content")
+    if not isinstance(content, list):
+        return False
+    for index, block in enumerate(content):
+        if isinstance(block, Mapping):
+            out.add(("block", index), block.get("text"))
+            out.add_object(("block", index), block.get("input"))
+    return True

@@ -1,0 +1,168 @@
+"""OpenAI Responses (`POST /v1/responses`): the adapter for its events, bodies and usage.
+
+Owns what the Responses stream means: every `response.<kind>.delta` carries content, placed on a
+channel by its kind (new kinds are placed by their name); `response.completed`, `.incomplete` and
+`.failed` end the stream and carry the usage, a failure's error or an incompleteness note;
+`response.created` names the model. Usage is one complete object whose `input_tokens` include
+`input_tokens_details.cached_tokens`. Implements `WireApi` as a module. May import only the
+stdlib and the metrics modules `_usage`, `_fingerprint` and `apis._protocol`/`apis._shapes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_latency.metrics._fingerprint import OutputText
+from pytest_latency.metrics._usage import Usage, UsageFields
+from pytest_latency.metrics.apis._protocol import (
+    AUDIO,
+    NOTHING,
+    REASONING,
+    REFUSAL,
+    TEXT,
+    TOOL,
+    Classified,
+)
+from pytest_latency.metrics.apis._shapes import (
+    as_dict,
+    as_str,
+    is_text,
+    openai_normalised,
+    openai_usage,
+    provider_error,
+)
+
+NAME = "openai.responses"
+
+_CHANNELS = {
+    "output_text": TEXT,
+    "refusal": REFUSAL,
+    "reasoning": REASONING,
+    "reasoning_text": REASONING,
+    "reasoning_summary_text": REASONING,
+    "function_call_arguments": TOOL,
+    "custom_tool_call_input": TOOL,
+    "mcp_call_arguments": TOOL,
+    "code_interpreter_call_code": TOOL,
+    "audio": AUDIO,
+    "audio.transcript": AUDIO,
+}
+_ON = {
+    channel: Classified(channels=(channel,)) for channel in (TEXT, REFUSAL, REASONING, TOOL, AUDIO)
+}
+_ENDS = ("response.completed", "response.incomplete", "response.failed")
+_TEXT_DELTAS = ("response.output_text.delta", "response.refusal.delta")
+
+
+def matches_path(path: str) -> bool:
+    return path.endswith("/responses")
+
+
+def matches_payload(payload: Mapping[str, Any]) -> bool:
+    kind = payload.get("type")
+    return (isinstance(kind, str) and kind.startswith("response.")) or (
+        payload.get("object") == "response"
+    )
+
+
+# Any envelope, whatever the path: proxies and compatible servers mix them.
+error = provider_error
+
+
+def _channel(middle: str) -> str:
+    channel = _CHANNELS.get(middle)
+    if channel is not None:
+        return channel
+    # New delta kinds keep appearing (shell_call_*, apply_patch_*); place them by their name.
+    if "reasoning" in middle:
+        return REASONING
+    if "audio" in middle:
+        return AUDIO
+    if "call" in middle or "tool" in middle:
+        return TOOL
+    return TEXT
+
+
+def _final(response_or_body: Mapping[str, Any], *, terminal: bool) -> Classified:
+    status = response_or_body.get("status")
+    note = None
+    error = None
+    message = None
+    if status == "failed":
+        failure = as_dict(response_or_body.get("error"))
+        error = as_str(failure.get("code")) or as_str(failure.get("type")) or "response_failed"
+        message = as_str(failure.get("message"))
+    elif status == "incomplete":
+        reason = as_str(as_dict(response_or_body.get("incomplete_details")).get("reason"))
+        note = f"response incomplete: {reason or 'unknown reason'}"
+    return Classified(
+        usage=response_or_body.get("usage"),
+        error=error,
+        error_message=message,
+        terminal=terminal,
+        model=as_str(response_or_body.get("model")),
+        note=note,
+    )
+
+
+def event(event: str, payload: Mapping[str, Any]) -> Classified:
+    kind = payload.get("type", event)
+    if not isinstance(kind, str):
+        return NOTHING
+    if kind.startswith("response.") and kind.endswith(".delta"):
+        delta = payload.get("delta")
+        if is_text(delta) or (isinstance(delta, (dict, list)) and delta):
+            return _ON[_channel(kind[9:-6])]
+        return NOTHING
+    if kind in _ENDS:
+        final = _final(as_dict(payload.get("response")), terminal=True)
+        if kind == "response.failed" and final.error is None:
+            return Classified(usage=final.usage, error="response_failed", terminal=True)
+        if kind == "response.incomplete" and final.note is None:
+            return Classified(usage=final.usage, terminal=True, note="response incomplete")
+        return final
+    if kind == "response.created":
+        return Classified(model=as_str(as_dict(payload.get("response")).get("model")))
+    return NOTHING
+
+
+def body(payload: Mapping[str, Any]) -> Classified:
+    return _final(payload, terminal=False)
+
+
+def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
+    del previous  # the usage object is complete
+    return openai_usage(usage)
+
+
+def normalise_usage(fields: UsageFields) -> Usage:
+    return openai_normalised(fields)
+
+
+def output_event(payload: Mapping[str, Any], out: OutputText) -> bool:
+    kind = payload.get("type")
+    if not (isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta")):
+        return False
+    index = payload.get("output_index", 0)
+    index = index if isinstance(index, int) else 0
+    if kind in _TEXT_DELTAS:
+        out.add(("item", index), payload.get("delta"))
+    elif kind == "response.function_call_arguments.delta":
+        out.add(("item", index), payload.get("delta"), tool=True)
+    return True
+
+
+def output_body(payload: Mapping[str, Any], out: OutputText) -> bool:
+    output = payload.get("output")
+    if not isinstance(output, list):
+        return False
+    for index, item in enumerate(output):
+        if not isinstance(item, Mapping):
+            continue
+        out.add(("item", index), item.get("arguments"), tool=True)
+        parts = item.get("content")
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, Mapping):
+                out.add(("item", index), part.get("text"))
+    return True
