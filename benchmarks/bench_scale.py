@@ -162,7 +162,8 @@ def synthetic_tests(
         test.judgements = tuple(judge(expectations, test.pool, policy="estimate"))
         test.policy = "estimate"
         test.outcome = "passed" if all(j.passed for j in test.judgements) else "failed"
-        test = test.diagnosed(diagnose.diagnose_test(test.pool, judgements=test.judgements))
+        found = diagnose.diagnose_test(test.pool, judgements=test.judgements)
+        test = test.diagnosed(found, diagnose.test_figures(test.pool))
         out.append(TestData.from_wire(test.to_wire()))
     return out
 

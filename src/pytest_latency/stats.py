@@ -93,7 +93,9 @@ class SortedValues(tuple[float, ...]):
     @classmethod
     def of(cls, values: Iterable[float]) -> SortedValues:
         data = sorted(values)
-        if not all(math.isfinite(x) for x in data):
+        # One C-speed sum finds a NaN or an infinity anywhere (either makes the sum non-finite);
+        # only then is each value looked at (a huge finite sum could overflow on its own).
+        if not math.isfinite(sum(data)) and not all(math.isfinite(x) for x in data):
             raise ValueError("values must be finite numbers (no NaN or infinity)")
         return cls(data)
 

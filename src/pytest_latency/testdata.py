@@ -45,6 +45,10 @@ class TestData:
     judgements: tuple[Judgement, ...] = ()
     # None until the test is diagnosed (then a tuple, empty when nothing was found).
     findings: tuple[Finding, ...] | None = None
+    # The derived numbers (`diagnose.test_figures`: what-ifs, time split, prefill fit, overlap),
+    # computed with the findings on the process that ran the test, so the end of a session (a
+    # pytest-xdist controller's above all) need not compute them for every test.
+    figures: dict[str, Any] | None = None
     # The policies the judgements were made under (None: the test was not judged).
     policy: str | None = None
     flagged_policy: str | None = None
@@ -80,14 +84,18 @@ class TestData:
     def measured_anything(self) -> bool:
         return bool(self.calls or self.manual)
 
-    def diagnosed(self, findings: Sequence[Finding]) -> TestData:
-        """This record with its findings, and without what only they needed (the serial-calls
-        check's shingles): everything later stages read stays, byte for byte."""
+    def diagnosed(
+        self, findings: Sequence[Finding], figures: dict[str, Any] | None = None
+    ) -> TestData:
+        """This record with its findings and figures, and without what only the findings
+        needed (the serial-calls check's shingles): everything later stages read stays."""
         calls = tuple(
             Call(c.sample, c.warmup, tuple(a.without_fingerprints() for a in c.attempts))
             for c in self.calls
         )
-        return dataclasses.replace(self, calls=calls, findings=tuple(findings), _pool=None)
+        return dataclasses.replace(
+            self, calls=calls, findings=tuple(findings), figures=figures, _pool=None
+        )
 
     def with_late(self, late: TestData) -> TestData:
         """This record with the calls and values of its teardown report added (they are
@@ -115,6 +123,8 @@ class TestData:
             out["budgets"] = [j.to_dict() for j in self.judgements]
         if self.findings is not None:
             out["findings"] = [f.to_dict() for f in self.findings]
+        if self.figures is not None:
+            out["figures"] = self.figures
         for name in ("policy", "flagged_policy", "confidence"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -147,6 +157,7 @@ class TestData:
                 if data.get("findings") is not None
                 else None
             ),
+            figures=data.get("figures"),
             policy=data.get("policy"),
             flagged_policy=data.get("flagged_policy"),
             confidence=data.get("confidence"),

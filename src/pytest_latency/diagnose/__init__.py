@@ -107,6 +107,7 @@ __all__ = [
     "schedule",
     "step_counts",
     "summary_lines",
+    "test_figures",
     "title",
     "what_ifs",
 ]
@@ -206,6 +207,22 @@ def what_ifs(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
         }
     out["calls_per_sample"] = step_counts(pool)
     return out
+
+
+def test_figures(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
+    """A test's derived numbers as plain data, computed once where the test ran: its what-ifs,
+    its time split (`prefill_share`, `leaning`, `n`), its prefill fit and how its samples'
+    calls overlap. The result file copies them; nothing recomputes them."""
+    split = phase_split(pool.ok, thresholds)
+    shape = overlap(pool, thresholds)
+    return {
+        "what_ifs": what_ifs(pool, thresholds),
+        "phase": None
+        if split is None
+        else {"prefill_share": split.share, "leaning": split.leaning, "n": split.n},
+        "prefill_fit": (split.fit if split is not None else fit_prefill(pool.ok)).to_dict(),
+        "concurrency": None if shape is None else shape.to_dict(),
+    }
 
 
 def summary_lines(findings: Iterable[Finding]) -> list[str]:

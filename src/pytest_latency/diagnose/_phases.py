@@ -67,6 +67,10 @@ def fit_prefill(calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS)
         for c in calls
         if c.ttft is not None and (u := uncached_tokens(c)) is not None
     ]
+    return _fit(points, thresholds)
+
+
+def _fit(points: Sequence[tuple[float, float]], thresholds: Thresholds) -> PrefillFit:
     n = len(points)
     if n < 3:
         return PrefillFit(n, 0, None, None, None, f"{n} calls with usage: too few to fit")
@@ -128,23 +132,37 @@ class PhaseSplit:
         }
 
 
-def _streamed(calls: Sequence[CallMetrics]) -> list[CallMetrics]:
-    return [
-        c
-        for c in calls
-        if c.error is None and c.ttft is not None and c.e2e is not None and c.e2e > 0
-    ]
-
-
 def phase_split(
     calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
 ) -> PhaseSplit | None:
     """The split of the successful streamed calls among `calls`; None when there are none
-    (a non-streamed call has no first token to split at)."""
-    streamed = _streamed(calls)
-    if not streamed:
+    (a non-streamed call has no first token to split at). One pass over the calls: a group's
+    split runs over every call of the run."""
+    shares: list[float] = []
+    ttfts: list[float] = []
+    e2es: list[float] = []
+    uncached: list[float] = []
+    outputs: list[float] = []
+    tpots: list[float] = []
+    points: list[tuple[float, float]] = []
+    for c in calls:
+        ttft, e2e = c.ttft, c.e2e
+        if c.error is not None or ttft is None or e2e is None or e2e <= 0:
+            continue
+        shares.append(ttft / e2e)
+        ttfts.append(ttft)
+        e2es.append(e2e)
+        if c.input_tokens is not None:
+            tokens = float(max(c.input_tokens - (c.cache_read_tokens or 0), 0))
+            uncached.append(tokens)
+            points.append((tokens, ttft))
+        if c.output_tokens is not None:
+            outputs.append(float(c.output_tokens))
+        if c.tpot is not None:
+            tpots.append(c.tpot)
+    if not shares:
         return None
-    share = stats.percentile([c.ttft / c.e2e for c in streamed if c.ttft and c.e2e], 50)
+    share = stats.percentile(shares, 50)
     if share >= thresholds.prefill_share:
         leaning = "prefill"
     elif 1 - share >= thresholds.decode_share:
@@ -152,19 +170,15 @@ def phase_split(
     else:
         leaning = "balanced"
     return PhaseSplit(
-        n=len(streamed),
+        n=len(shares),
         share=share,
         leaning=leaning,
-        median_ttft_us=_median([c.ttft for c in streamed if c.ttft is not None]),
-        median_e2e_us=_median([c.e2e for c in streamed if c.e2e is not None]),
-        median_uncached_tokens=_median(
-            [float(u) for c in streamed if (u := uncached_tokens(c)) is not None]
-        ),
-        median_output_tokens=_median(
-            [float(c.output_tokens) for c in streamed if c.output_tokens is not None]
-        ),
-        decode_us_per_token=_median([c.tpot for c in streamed if c.tpot is not None]),
-        fit=fit_prefill(streamed, thresholds),
+        median_ttft_us=_median(ttfts),
+        median_e2e_us=_median(e2es),
+        median_uncached_tokens=_median(uncached),
+        median_output_tokens=_median(outputs),
+        decode_us_per_token=_median(tpots),
+        fit=_fit(points, thresholds),
     )
 
 

@@ -350,13 +350,16 @@ def _record_of(recording: Recording, report: pytest.TestReport) -> TestData:
 
 
 def _diagnosed(test: TestData, judgements: Sequence[Judgement]) -> TestData:
-    """The record with its findings, once it has calls to diagnose (what only the diagnosis
-    read leaves it then)."""
+    """The record with its findings and figures, once it has calls to diagnose (what only the
+    diagnosis read leaves it then)."""
     if not test.calls:
         return test
     from pytest_latency import diagnose
 
-    return test.diagnosed(diagnose.diagnose_test(test.pool, judgements=judgements))
+    pool = test.pool
+    return test.diagnosed(
+        diagnose.diagnose_test(pool, judgements=judgements), diagnose.test_figures(pool)
+    )
 
 
 def _record_properties(

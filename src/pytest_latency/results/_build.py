@@ -81,8 +81,11 @@ class _Rollup:
         key_fields: Mapping[str, str],
         scope: str,
         values: Iterable[Mapping[str, BucketCounts]],
+        diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] | None = None,
     ) -> dict[str, Any]:
-        """`values`: the per-metric counts of every key set of calls this rollup covers."""
+        """`values`: the per-metric counts of every key set of calls this rollup covers.
+        `diagnosed` remembers findings by call set: a model served by one endpoint has the same
+        calls in its `model=` and its `model=,endpoint=` rollups, diagnosed once."""
         parts = list(values)
         metrics: dict[str, MetricBlock] = {}
         for metric in POOLED_METRICS:
@@ -94,7 +97,11 @@ class _Rollup:
         )
         # Findings over the pooled calls (prefill/decode, cache health, consumer-bound); the
         # per-sample checks (serial calls, budgets) stay per test.
-        found = diagnose.diagnose_calls(self.finals)
+        memo = {} if diagnosed is None else diagnosed
+        signature = tuple(id(f) for f in self.finals)  # the calls outlive the build
+        found = memo.get(signature)
+        if found is None:
+            found = memo[signature] = diagnose.diagnose_calls(self.finals)
         out["findings"] = json_safe(
             [diagnose.Finding(f.kind, f.message, f.evidence, scope=scope).to_dict() for f in found]
         )
@@ -133,8 +140,7 @@ def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -
     findings = test.findings
     if findings is None:  # a record no one diagnosed (a tool's data): diagnosed here, the same way
         findings = tuple(diagnose.diagnose_test(pool, judgements=test.judgements))
-    split = diagnose.phase_split(pool.ok)
-    shape = diagnose.overlap(pool)
+    figures = test.figures if test.figures is not None else diagnose.test_figures(pool)
     entry: dict[str, Any] = {
         "nodeid": test.nodeid,
         "outcome": test.outcome,
@@ -151,17 +157,17 @@ def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -
         "metrics": metrics,
         "cache_read_ratio": ratio_block(pool.cache_ratio()),
         "usage_fields": _usage_fields(pool.ok),
-        "phase": _phase(split),
-        "concurrency": json_safe(shape.to_dict()) if shape is not None else None,
+        "phase": _phase(figures["phase"]),
+        "concurrency": json_safe(figures["concurrency"]),
         "budgets": [budget_entry(j) for j in test.judgements],
         "flags": flag_counts(pool.finals),
         "errors": dict(sorted(pool.error_counts().items())),
         "retried_errors": dict(sorted(_retried_errors(pool.calls).items())),
         "error_kinds": _error_kinds(pool.calls),
         "timeline": _timeline(pool.calls),
-        "prefill": _prefill(pool.ok, split),
+        "prefill": _prefill(pool.ok, figures["prefill_fit"]),
         "findings": json_safe([f.to_dict() for f in findings]),
-        "what_ifs": json_safe(diagnose.what_ifs(pool), digits=7),
+        "what_ifs": json_safe(figures["what_ifs"], digits=7),
     }
     return entry
 
@@ -206,16 +212,17 @@ def _usage_fields(calls: Sequence[CallMetrics]) -> dict[str, int]:
     }
 
 
-def _phase(split: diagnose.PhaseSplit | None) -> PhaseBlock:
+def _phase(split: Mapping[str, Any] | None) -> PhaseBlock:
     """Where a streamed call's time goes, as `diagnose` split it (the median call's share of
     e2e before its first token, and which side of the thresholds that leans to)."""
     if split is None:
         return {"prefill_share": None, "decode_share": None, "n": 0, "leaning": None}
+    share = float(split["prefill_share"])
     return {
-        "prefill_share": split.share,
-        "decode_share": 1.0 - split.share,
-        "n": split.n,
-        "leaning": split.leaning,
+        "prefill_share": share,
+        "decode_share": 1.0 - share,
+        "n": int(split["n"]),
+        "leaning": split["leaning"],
     }
 
 
@@ -254,9 +261,7 @@ def _timeline(calls: Sequence[Call]) -> dict[str, Any]:
     return {"samples": samples, "truncated": truncated}
 
 
-def _prefill(
-    calls: Sequence[CallMetrics], split: diagnose.PhaseSplit | None
-) -> PrefillBlock | None:
+def _prefill(calls: Sequence[CallMetrics], fit: Mapping[str, Any]) -> PrefillBlock | None:
     """TTFT against uncached input tokens for the chart, with the line `diagnose` fitted (its
     slope is the prefill cost per uncached token, its intercept the fixed overhead), or its
     reason for not fitting one."""
@@ -267,16 +272,15 @@ def _prefill(
     ]
     if not points:
         return None
-    fit = split.fit if split is not None else diagnose.fit_prefill(calls)
     # An even stride keeps the kept points spread over the run rather than its first calls.
     stride = max(1, math.ceil(len(points) / MAX_PREFILL_POINTS))
     kept = points[::stride][:MAX_PREFILL_POINTS]
     return {
         "points": [[x, round(y), cached] for x, y, cached in kept],
         "n": len(points),
-        "slope_us_per_token": fit.slope,
-        "intercept_us": fit.intercept,
-        "note": fit.note,
+        "slope_us_per_token": fit["ms_per_1k_uncached_tokens"],
+        "intercept_us": fit["intercept_us"],
+        "note": fit["note"],
     }
 
 
@@ -323,6 +327,7 @@ def build_result(
             rollup = groups[key][1]
             rollup.add_calls(group_calls)
             rollup.tally.tests += 1
+    diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "run": {
@@ -336,7 +341,9 @@ def build_result(
         "metrics_info": metrics_info(),
         "tests": entries,
         "groups": {
-            key: rollup.to_dict(fields, key, (v for ks, v in by_keys.items() if key in ks))
+            key: rollup.to_dict(
+                fields, key, (v for ks, v in by_keys.items() if key in ks), diagnosed
+            )
             for key, (fields, rollup) in sorted(groups.items())
         },
         "session": {
