@@ -88,9 +88,16 @@ class TestData:
         self, findings: Sequence[Finding], figures: dict[str, Any] | None = None
     ) -> TestData:
         """This record with its findings and figures, and without what only the findings
-        needed (the serial-calls check's shingles): everything later stages read stays."""
+        needed (the serial-calls check's shingles, and the prefix hashes of calls no group's
+        cache check will compare): everything later stages read stays."""
+        from pytest_latency.diagnose import compares_prefix
+
         calls = tuple(
-            Call(c.sample, c.warmup, tuple(a.without_fingerprints() for a in c.attempts))
+            Call(
+                c.sample,
+                c.warmup,
+                tuple(a.without_fingerprints(prefix=compares_prefix(a)) for a in c.attempts),
+            )
             for c in self.calls
         )
         return dataclasses.replace(

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_latency import stats
-from pytest_latency.diagnose._cache import cache_findings, first_divergence
+from pytest_latency.diagnose._cache import cache_findings, compares_prefix, first_divergence
 from pytest_latency.diagnose._finding import (
     BELOW_CACHE_MINIMUM,
     CACHE_FIELDS_ABSENT,
@@ -94,6 +94,7 @@ __all__ = [
     "SampleSchedule",
     "SmoothCdf",
     "Thresholds",
+    "compares_prefix",
     "diagnose_calls",
     "diagnose_test",
     "fan_out",

@@ -60,6 +60,12 @@ def _missed(call: CallMetrics, thresholds: Thresholds) -> bool:
     )
 
 
+def compares_prefix(call: CallMetrics, thresholds: Thresholds = DEFAULTS) -> bool:
+    """Whether the cache checks ever read this call's prefix hashes: only a call that could have
+    read the cache and read nothing of it is compared with its neighbours (`unstable_prefix`)."""
+    return call.error is None and _missed(call, thresholds)
+
+
 def cache_findings(
     calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
 ) -> list[Finding]:

@@ -151,11 +151,22 @@ class CallMetrics:
             kwargs[name] = tuple(value) if isinstance(value, list) else value
         return cls(**kwargs)
 
-    def without_fingerprints(self) -> CallMetrics:
-        """This call without the shingles only per-test diagnosis reads (see `to_dict`)."""
-        if not (self.request_shingles or self.output_shingles or self.output_digests):
+    def without_fingerprints(self, *, prefix: bool = True) -> CallMetrics:
+        """This call without the shingles only per-test diagnosis reads (see `to_dict`), and,
+        with `prefix=False`, without its prefix hashes too (a call the cache checks of a group
+        will not compare)."""
+        drop_prefix = not prefix and bool(self.prefix_hashes)
+        if not (
+            self.request_shingles or self.output_shingles or self.output_digests or drop_prefix
+        ):
             return self
-        return replace(self, request_shingles=(), output_shingles=(), output_digests=())
+        return replace(
+            self,
+            request_shingles=(),
+            output_shingles=(),
+            output_digests=(),
+            prefix_hashes=() if drop_prefix else self.prefix_hashes,
+        )
 
 
 # The fields only the per-test serial-calls check reads (diagnose._serial).

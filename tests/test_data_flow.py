@@ -1,0 +1,135 @@
+"""Data flows once: each call is parsed once however often it is read, sequential sampling's
+looks parse nothing twice, and a diagnosed test's report payload stays small with long prompts.
+Counts and sizes, not times, so they hold on a busy machine (benchmarks/bench_data_flow.py has
+the timings)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import pytest
+
+import pytest_latency.metrics._call as metrics_call
+from pytest_latency import diagnose, instrument
+from pytest_latency.recording import LatencyRecorder, Recording
+from pytest_latency.sim import LatencyModel, SimServer
+from pytest_latency.testdata import TestData
+
+pytest_plugins = ["pytester"]
+
+# ~20k characters of text that does not repeat, as a real document's does not.
+PROMPT = " ".join(f"item {i} costs {i * 7919 % 10007} units;" for i in range(760))
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    model = LatencyModel.preset("instant").replace(output_tokens=30)
+    with SimServer(model, port=0) as server:
+        yield server
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts `call_metrics` runs (one entry per parse)."""
+    seen: list[int] = []
+    real = metrics_call.call_metrics
+
+    def counted(record: object) -> object:
+        seen.append(1)
+        return real(record)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metrics_call, "call_metrics", counted)
+    import pytest_latency.metrics as metrics
+
+    monkeypatch.setattr(metrics, "call_metrics", counted)
+    return seen
+
+
+def _stream(client: anthropic.Anthropic, prompt: str) -> None:
+    with client.messages.stream(
+        model="claude-sim", max_tokens=30, messages=[{"role": "user", "content": prompt}]
+    ) as s:
+        for _ in s.text_stream:
+            pass
+
+
+def test_reading_calls_again_parses_nothing(sim: SimServer, parses: list[int]) -> None:
+    recording = Recording("t")
+    recording.begin_sample(warmup=False)
+    latency = LatencyRecorder(recording)
+    with instrument(
+        anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="k"), sink=recording.sink
+    ) as client:
+        for step in range(20):
+            _stream(client, f"step {step}")
+            # An agent loop reading its last call after every step parses only the new one.
+            assert latency.calls[-1].final.output_tokens == 30
+    assert len(parses) == 20
+    for _ in range(20):
+        assert len(latency.calls) == 20
+    assert len(parses) == 20  # twenty more reads, nothing parsed again
+
+
+def test_sequential_sampling_parses_each_call_once(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import pytest
+        import pytest_latency.metrics as metrics
+        import pytest_latency.metrics._call as call
+
+        PARSED = []
+        real = call.call_metrics
+
+        def counted(record):
+            PARSED.append(id(record))
+            return real(record)
+
+        call.call_metrics = metrics.call_metrics = counted
+
+        def pytest_sessionfinish(session):
+            print(f"\\nPARSES {len(PARSED)} DISTINCT {len(set(PARSED))}")
+        """
+    )
+    pytester.makepyfile(
+        test_seq="""
+        import pytest
+
+        # p99 bounds need hundreds of values: every look is inconclusive, so the loop draws
+        # 10 → 20 → 40 → 80 samples and judges four times.
+        @pytest.mark.latency("e2e.p99 < 10s", samples=10, max_samples=80)
+        def test_many_looks(anthropic_client):
+            anthropic_client.messages.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": "q"}])
+        """
+    )
+    result = pytester.runpytest_subprocess("--latency-sim=instant", "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*PARSES 80 DISTINCT 80*"])
+
+
+def test_diagnosed_payload_stays_small_with_long_prompts(sim: SimServer) -> None:
+    recording = Recording("t")
+    with instrument(
+        anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="k"), sink=recording.sink
+    ) as client:
+        for sample in range(20):
+            recording.begin_sample(warmup=False)
+            for step in range(3):
+                _stream(client, f"{PROMPT} sample {sample} step {step}")
+            recording.end_sample()
+    test = TestData.of(recording.measured(), ("t.py", 1))
+    assert len(test.calls) == 60
+    assert all(c.final.request_shingles for c in test.calls)  # fingerprinted, before diagnosis
+    before = len(json.dumps(test.to_wire()))
+    pool = test.pool
+    test = test.diagnosed(diagnose.diagnose_test(pool), diagnose.test_figures(pool))
+    wire = json.dumps(test.to_wire())
+    per_call = len(wire) / 60
+    assert per_call <= 1500, per_call  # issue #13: ≤ 1.5 KB per call with a 20k prompt
+    assert len(wire) < before / 4
+    # What the controller rebuilds is what the worker had: the pool reads the same.
+    back = TestData.from_wire(json.loads(wire))
+    assert back.pool.values("ttft") == test.pool.values("ttft")
+    assert back.findings == test.findings and back.figures == test.figures
