@@ -77,7 +77,7 @@ class CallMetrics:
     # http_<status> | sse_error:<type> | body_error:<type> | <exception name> | truncated
     error: str | None
     error_detail: str | None
-    incomplete: bool  # the body was not read to its end (test broke out early, or a failure)
+    incomplete: bool  # neither EOF nor the end marker was read (an early break, or a failure)
     opaque: bool  # content encoding we cannot decode: content metrics absent
     consumer_bound: bool
     consumer_bound_chunks: int
@@ -270,7 +270,9 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         channels=tuple(channels),
         error=error,
         error_detail=detail,
-        incomplete=record.t_eof_ns is None,
+        # Not read to its end: neither EOF nor the protocol's own end marker was reached (the
+        # openai SDK's sync Stream stops at [DONE] and closes without reading to EOF).
+        incomplete=record.t_eof_ns is None and not scan.terminal,
         opaque=body.opaque is not None,
         consumer_bound=flagged >= CONSUMER_BOUND_MIN
         and flagged > CONSUMER_BOUND_FRACTION * len(reads_with_content),

@@ -34,7 +34,10 @@ class Scan:
     usage: UsageTracker | None = None
     error: str | None = None
     error_message: str | None = None
+    # The stream's own end marker was read ([DONE], message_stop, response.completed, an error
+    # event, a whole JSON body): the body ended, whether or not the client read on to EOF.
     terminal: bool = False
+    finished: bool = False  # a finish reason arrived (the end marker may still follow)
     model: str | None = None
     notes: list[str] = field(default_factory=list)
     output: OutputText = field(default_factory=OutputText)
@@ -143,6 +146,7 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
         if info_error is not None and scan.error is None:
             scan.error, scan.error_message = info_error, info.error_message
         scan.terminal = scan.terminal or info.terminal
+        scan.finished = scan.finished or info.finished
         if scan.model is None and info.model is not None:
             scan.model = info.model
         if info.note is not None:
@@ -189,6 +193,7 @@ def scan_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None]:
         and record.t_eof_ns is not None
         and not record.prefetched
         and not scan.terminal
+        and not scan.finished
     ):
         # The server ended the body cleanly but never sent the stream's end marker: a cut stream.
         return "truncated", "stream ended without its end marker"

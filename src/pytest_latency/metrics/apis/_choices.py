@@ -103,7 +103,7 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
     model = as_str(payload.get("model"))
     if not found and usage is None and not finished:
         return NOTHING if model is None else Classified(model=model)
-    return Classified(channels=tuple(found), usage=usage, terminal=finished, model=model)
+    return Classified(channels=tuple(found), usage=usage, finished=finished, model=model)
 
 
 def body(payload: Mapping[str, Any]) -> Classified:

@@ -34,6 +34,9 @@ class Classified:
     error: str | None = None  # provider error type ("overloaded_error", "server_error", …)
     error_message: str | None = None
     terminal: bool = False  # the stream's own end marker (message_stop, response.completed, …)
+    # The answer is complete (a finish reason) though the end marker may still follow: the
+    # stream was not cut, whether or not the client read on to the marker.
+    finished: bool = False
     model: str | None = None  # the model the server says answered
     note: str | None = None
 

@@ -1,0 +1,94 @@
+"""A stream whose protocol says it ended is complete, however far the client read past its end
+marker (issue #14, item 1): the openai SDK's sync `Stream` stops at `[DONE]` and closes without
+reading to EOF, which flagged every fully read sync Chat stream `incomplete`. Through the real
+SDKs against the simulator; an early break is still incomplete."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
+
+from pytest_latency import instrument
+from pytest_latency.recording import Recording
+from pytest_latency.sim import LatencyModel, SimServer
+
+OAI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story."}]
+ANT: list[MessageParam] = [{"role": "user", "content": "Tell me a story."}]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer(LatencyModel.preset("instant").replace(output_tokens=12), port=0) as server:
+        yield server
+
+
+def _incomplete(recording: Recording) -> list[bool]:
+    return [c.final.incomplete for c in recording.calls()]
+
+
+def test_fully_read_streams_are_complete_on_every_sync_path(sim: SimServer) -> None:
+    recording = Recording("t")
+    oai = instrument(openai.OpenAI(base_url=sim.openai_base_url, api_key="k"), sink=recording.sink)
+    ant = instrument(
+        anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="k"), sink=recording.sink
+    )
+    with oai, ant:
+        for _ in oai.chat.completions.create(model="m", messages=OAI, stream=True):
+            pass
+        for _ in oai.chat.completions.create(
+            model="m",
+            messages=OAI,
+            stream=True,
+            stream_options={"include_usage": True},
+        ):
+            pass
+        for _ in oai.responses.create(model="m", input="Tell me a story.", stream=True):
+            pass
+        with ant.messages.stream(model="m", max_tokens=12, messages=ANT) as s:
+            for _ in s.text_stream:
+                pass
+    finals = [c.final for c in recording.calls()]
+    assert [f.api for f in finals] == [
+        "openai.chat",
+        "openai.chat",
+        "openai.responses",
+        "anthropic.messages",
+    ]
+    assert _incomplete(recording) == [False, False, False, False]
+    assert all(f.error is None and f.output_tokens for f in finals[1:])
+
+
+def test_fully_read_async_streams_are_complete(sim: SimServer) -> None:
+    recording = Recording("t")
+
+    async def run() -> None:
+        client = openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="k")
+        async with instrument(client, sink=recording.sink) as oai:
+            stream = await oai.chat.completions.create(
+                model="m",
+                messages=OAI,
+                stream=True,
+            )
+            async for _ in stream:
+                pass
+
+    asyncio.run(run())
+    assert _incomplete(recording) == [False]
+
+
+def test_an_early_break_is_still_incomplete(sim: SimServer) -> None:
+    recording = Recording("t")
+    oai = instrument(openai.OpenAI(base_url=sim.openai_base_url, api_key="k"), sink=recording.sink)
+    with oai:
+        stream = oai.chat.completions.create(model="m", messages=OAI, stream=True)
+        for _ in stream:
+            break  # after the first chunk: neither the end marker nor EOF was read
+        stream.close()
+    (call,) = recording.calls()
+    assert call.final.incomplete is True and call.final.error is None
