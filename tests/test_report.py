@@ -269,3 +269,25 @@ def test_markdown_has_one_line_per_finding_kind_and_errors_by_kind(
     # A healthy run has neither section.
     quiet = render_markdown(build([make_test("t.py::test_ok", samples=6)]))
     assert "### Errors" not in quiet
+
+
+def test_a_file_written_before_the_split_carried_its_leaning_still_reads_the_same() -> None:
+    """Result files from before 0.1.0.dev0's redesign have no `phase.leaning` and no
+    `concurrency`: the report takes the leaning from diagnose's thresholds and the overlap from
+    the timelines, as it did then, and says what the new file says."""
+    new = build(diagnosis_tests())
+    old = build(diagnosis_tests())
+    for test in old["tests"]:
+        test["phase"].pop("leaning", None)
+        test.pop("concurrency", None)
+    page_new, page_old = render_html(new), render_html(old)
+    for nodeid in ("tests/diag/test_long_prompt.py::test_summarise",
+                   "tests/diag/test_agent.py::test_three_tools"):  # fmt: skip
+        statements_new = re.findall(r"<b>([^<]+)\.</b>", _detail_of(page_new, nodeid))
+        statements_old = re.findall(r"<b>([^<]+)\.</b>", _detail_of(page_old, nodeid))
+        assert statements_old == statements_new, nodeid
+    long = _detail_of(page_old, "tests/diag/test_long_prompt.py::test_summarise")
+    assert "<b>Mostly before the first token.</b>" in long
+    assert "<b>Serial calls.</b>" in _detail_of(
+        page_old, "tests/diag/test_agent.py::test_three_tools"
+    )

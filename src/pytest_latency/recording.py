@@ -35,6 +35,14 @@ def _finished(record: WireRecord) -> bool:
     return record.t_eof_ns is not None or record.t_closed_ns is not None or record.error is not None
 
 
+def _settled(metrics: CallMetrics, record: WireRecord) -> bool:
+    """Whether the event-loop lag log shared by an async record can still change its metrics:
+    a wake-up logged later than the call's end may still have been late across it, until one
+    wake-up lands past the end (ticks are back to back: every later one starts after it)."""
+    log = record.loop_lag
+    return log is None or (len(log) > 0 and log.wakes_ns[-1] >= metrics.t_end_ns)
+
+
 @dataclass(slots=True)
 class _Entry:
     sample: int
@@ -45,16 +53,18 @@ class _Entry:
     metrics: CallMetrics | None = None
     key: tuple[str, bytes] | None = None
 
-    def call_metrics(self) -> CallMetrics:
+    def call_metrics(self) -> tuple[CallMetrics, bool]:
+        """The attempt's metrics, and whether they are final (kept from now on)."""
         if self.metrics is not None:
-            return self.metrics
+            return self.metrics, True
         from pytest_latency.metrics import call_metrics
 
-        finished = _finished(self.record)
+        finished = _finished(self.record)  # read first: a stamp may land while parsing
         metrics = call_metrics(self.record)
-        if finished:
+        if finished and _settled(metrics, self.record):
             self.metrics = metrics
-        return metrics
+            return metrics, True
+        return metrics, False
 
     def retry_key(self) -> tuple[str, bytes]:
         if self.key is None:
@@ -93,15 +103,16 @@ def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
             open_by_key.setdefault(key, []).append(len(groups) - 1)
         else:
             groups[target].append(entry)
-    calls = tuple(
-        Call(
-            sample=group[0].sample,
-            warmup=group[0].warmup,
-            attempts=tuple(e.call_metrics() for e in group),
-        )
-        for group in groups
-    )
-    return calls, all(e.metrics is not None for e in entries)
+    final = True
+    calls: list[Call] = []
+    for group in groups:
+        attempts = []
+        for entry in group:
+            metrics, kept = entry.call_metrics()
+            attempts.append(metrics)
+            final = final and kept
+        calls.append(Call(sample=group[0].sample, warmup=group[0].warmup, attempts=tuple(attempts)))
+    return tuple(calls), final
 
 
 @dataclass(slots=True)
@@ -181,11 +192,11 @@ class Recording:
         as reported."""
         entries = self.entries[self.reported :]  # copies: threads may still append
         manual = self.manual[self.reported_manual :]
-        first = self.reported == 0
         self.reported += len(entries)
         self.reported_manual += len(manual)
-        calls = self.calls() if first and len(entries) == len(self.entries) else None
-        if calls is None:
+        if self.reported == len(entries) and self._grouped_upto == len(entries):
+            calls = self._grouped  # exactly these entries, grouped and final already
+        else:
             calls, _ = _group(entries)
         return Measured(self.nodeid, self.samples_run, self.warmups_run, calls, tuple(manual))
 

@@ -4,10 +4,11 @@ Owns `TestData`, the one typed record of a test that the plugin builds on the pr
 it and every later stage reads: its calls and hand-recorded values, its sample counts, where it
 is, its outcome, its judgements (each holding its parsed `Expectation`) and its findings, plus the
 pool of its values, built once on first use. Its plain-data form (`to_wire` / `from_wire`) is what
-rides on the test report (the `pytest_latency` attribute pytest-xdist forwards); it is written
-once on the worker and read once on the controller, and a test run in one process is never
-serialised at all. Once a test is diagnosed, the fingerprints only its own diagnosis reads leave
-the record (`diagnosed`), so neither the report payload nor the controller's memory carries them.
+rides on the test report (the `pytest_latency` attribute pytest-xdist forwards and report-writing
+plugins serialise); it is written once where the test ran and read back once, on a pytest-xdist
+controller only: in the process that ran the test the plugin keeps the object itself. Once a
+test is diagnosed, the fingerprints only its own diagnosis reads leave the record (`diagnosed`),
+so neither the report payload nor the controller's memory carries them.
 
 May import `calls`, `pools`, `verdicts`, `diagnose` (the `Finding` type), `metrics`; never pytest,
 never `results` or `report`.

@@ -209,7 +209,10 @@ def _judge_one(
             )
         return _judge_exact(expectation, ratio.value, ratio.calls)
     if METRICS[expectation.metric].scope is Scope.SAMPLE:
-        values: Sequence[float] = [float(c) for c in in_scope.calls_per_sample()]
+        # Values recorded by hand join the pool, as they do for per-call metrics.
+        values: Sequence[float] = [float(c) for c in in_scope.calls_per_sample()] + [
+            m.value for m in in_scope.manual if m.metric == expectation.metric
+        ]
     else:
         values = timed.values(expectation.metric)
     if not values and excluded:

@@ -93,6 +93,18 @@ def _fit(points: Sequence[tuple[float, float]], thresholds: Thresholds) -> Prefi
     sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
     syy = sum((y - mean_y) ** 2 for _, y in points)
     slope = sxy / sxx
+    if slope <= 0:
+        # TTFT that does not grow with the prompt has no prefill cost to quote: something else
+        # (queueing, a cache the usage did not report) sets it.
+        return PrefillFit(
+            n,
+            spread,
+            None,
+            None,
+            None,
+            f"ttft does not grow with the uncached prompt (slope {slope:.2g} µs per token over "
+            f"{n} calls): the first token waits on something else",
+        )
     intercept = mean_y - slope * mean_x
     r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 1.0
     return PrefillFit(n, spread, intercept, slope, r2, "")
@@ -132,6 +144,15 @@ class PhaseSplit:
         }
 
 
+def leaning(share: float, thresholds: Thresholds = DEFAULTS) -> str:
+    """Which side of the thresholds a share of e2e before the first token puts a test on."""
+    if share >= thresholds.prefill_share:
+        return "prefill"
+    if 1 - share >= thresholds.decode_share:
+        return "decode"
+    return "balanced"
+
+
 def phase_split(
     calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
 ) -> PhaseSplit | None:
@@ -163,16 +184,10 @@ def phase_split(
     if not shares:
         return None
     share = stats.percentile(shares, 50)
-    if share >= thresholds.prefill_share:
-        leaning = "prefill"
-    elif 1 - share >= thresholds.decode_share:
-        leaning = "decode"
-    else:
-        leaning = "balanced"
     return PhaseSplit(
         n=len(shares),
         share=share,
-        leaning=leaning,
+        leaning=leaning(share, thresholds),
         median_ttft_us=_median(ttfts),
         median_e2e_us=_median(e2es),
         median_uncached_tokens=_median(uncached),

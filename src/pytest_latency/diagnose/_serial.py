@@ -10,7 +10,7 @@ the distribution of calls per sample. Imports only the stdlib, `pytest_latency.s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,20 +139,28 @@ class Overlap:
 
 def overlap(pool: Pool, thresholds: Thresholds = DEFAULTS) -> Overlap | None:
     """The overlap of the samples that made more than one call; None when none did."""
-    by_sample: dict[int, list[Call]] = {}
+    by_sample: dict[int, list[tuple[float, float]]] = {}
     for call in pool.calls:
-        by_sample.setdefault(call.sample, []).append(call)
+        spans = by_sample.setdefault(call.sample, [])
+        spans.append((call.attempts[0].t_start_ns, call.final.t_end_ns))
+    return overlap_of(by_sample.values(), thresholds)
+
+
+def overlap_of(
+    samples: Iterable[Sequence[tuple[float, float]]], thresholds: Thresholds = DEFAULTS
+) -> Overlap | None:
+    """The overlap of samples given as their calls' (start, end) spans, in any one unit: the
+    one formula `overlap` and readers of older result files (their timelines) share."""
     levels: list[float] = []
     sizes: list[float] = []
-    for calls in by_sample.values():
-        if len(calls) < 2:
+    for spans in samples:
+        if len(spans) < 2:
             continue
-        spans = [(c.attempts[0].t_start_ns, c.final.t_end_ns) for c in calls]
         span = max(end for _, end in spans) - min(start for start, _ in spans)
         if span <= 0:
             continue
         levels.append(sum(max(end - start, 0) for start, end in spans) / span)
-        sizes.append(float(len(calls)))
+        sizes.append(float(len(spans)))
     if not levels:
         return None
     level = stats.percentile(levels, 50)

@@ -76,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_KEY] = run
     run.router.text_limit = settings.capture_text
     run.outer_sink = set_sink(run.router.route)
-    tracker = TestTracker(run.router, worker=not is_controller)
+    tracker = TestTracker(run.router, run.handoff)
     config.pluginmanager.register(tracker, TRACKER_NAME)
     if settings.capture == "auto":
         from pytest_latency.capture import install_auto_capture

@@ -20,6 +20,7 @@ from pytest_latency.plugin._state import (
     RUN_KEY,
     SAMPLER_NAME,
     SETTINGS_KEY,
+    Handoff,
     SamplingPlan,
     Settings,
 )
@@ -124,7 +125,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
             node.stash[PLAN_KEY] = plan
             if config.pluginmanager.get_plugin(SAMPLER_NAME) is None:
                 router = config.stash[RUN_KEY].router
-                sampler = Sampler(router, settings, worker=hasattr(config, "workerinput"))
+                handoff = config.stash[RUN_KEY].handoff
+                sampler = Sampler(router, settings, handoff)
                 config.pluginmanager.register(sampler, SAMPLER_NAME)
     if problems:
         report.outcome = "failed"
@@ -155,9 +157,9 @@ class TestTracker:
 
     __test__ = False  # not a test class, whatever pytest's collection patterns say
 
-    def __init__(self, router: Router, *, worker: bool) -> None:
+    def __init__(self, router: Router, handoff: Handoff) -> None:
         self._router = router
-        self._worker = worker  # a pytest-xdist worker: records ride on reports as plain data
+        self._handoff = handoff
         self._outcome = "passed"  # the running test's outcome so far (setup, then call)
         # False on a pytest-xdist controller: its workers run the tests, and the logstart and
         # reports it sees are theirs, forwarded; a call the controller makes belongs to no test.
@@ -187,9 +189,11 @@ class TestTracker:
     # First: the record must be on the report before pytest-xdist forwards it or anyone reads it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # Already there: the sampler's (a planned test) or a worker's (on an xdist controller).
-        attached = getattr(report, REPORT_ATTRIBUTE, None)
-        test = _attached(attached)
+        # Already there: the sampler's (a planned test, its object handed over in this process)
+        # or a worker's (on an xdist controller: plain data, rebuilt here once).
+        test = self._handoff.pop(id(report), None)
+        if test is None:
+            test = _attached(getattr(report, REPORT_ATTRIBUTE, None))
         recording = self._router.recording
         when = report.when
         if when == "call":
@@ -199,7 +203,7 @@ class TestTracker:
             if test is None and recording is not None and recording.unreported:
                 test = _diagnosed(_record_of(recording, report), ())
                 test.outcome = report.outcome
-                attach(report, test, worker=self._worker)
+                attach(report, test, self._handoff)
         elif when == "setup":
             self._outcome = report.outcome  # the test's outcome if its setup fails
         elif test is None and recording is not None and recording.unreported:
@@ -213,7 +217,7 @@ class TestTracker:
             test.teardown = True
             test.outcome = self._outcome
             test = _diagnosed(test, ())
-            attach(report, test, worker=self._worker)
+            attach(report, test, self._handoff)
         if test is not None and self.on_test_data is not None:
             self.on_test_data(report, test)
 
@@ -223,31 +227,29 @@ class TestTracker:
 
 
 def _attached(attached: object) -> TestData | None:
-    """The record a report carries: the object itself (this process), or its plain data (a
-    pytest-xdist worker's report, rebuilt here once)."""
-    if attached is None:
+    """The record a forwarded report carries as plain data (a pytest-xdist worker's)."""
+    if not isinstance(attached, dict):
         return None
     from pytest_latency.testdata import TestData
 
-    if isinstance(attached, TestData):
-        return attached
-    assert isinstance(attached, dict)
     return TestData.from_wire(attached)
 
 
-def attach(report: pytest.TestReport, test: TestData, *, worker: bool) -> None:
-    """Put a test's record on its report: as plain data on a pytest-xdist worker (it crosses to
-    the controller), as the object itself in a single process (nothing to serialise)."""
-    setattr(report, REPORT_ATTRIBUTE, test.to_wire() if worker else test)
+def attach(report: pytest.TestReport, test: TestData, handoff: Handoff) -> None:
+    """Put a test's record on its report as plain data (what pytest-xdist forwards, and what
+    any plugin that serialises reports, such as pytest-reportlog, can write), and hand the
+    object itself to this process's tracker, which then needs to rebuild nothing."""
+    setattr(report, REPORT_ATTRIBUTE, test.to_wire())
+    handoff[id(report)] = test
 
 
 class Sampler:
     """The hooks of tests with a sampling plan: the sample loop and the verdict."""
 
-    def __init__(self, router: Router, settings: Settings, *, worker: bool) -> None:
+    def __init__(self, router: Router, settings: Settings, handoff: Handoff) -> None:
         self._router = router
         self._settings = settings
-        self._worker = worker
+        self._handoff = handoff
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -336,7 +338,7 @@ class Sampler:
                 _fail_on_misses(report, test)
         test.outcome = report.outcome
         # After the budgets: `too_few_samples` reads them.
-        attach(report, _diagnosed(test, judgements), worker=self._worker)
+        attach(report, _diagnosed(test, judgements), self._handoff)
         return report
 
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from pytest_latency.verdicts import Judgement
 
 REPORT_ATTRIBUTE = "pytest_latency"
+# A record put on a report in this process, by the report's id, until the tracker's logreport
+# takes it (the same report object): the report itself carries only plain data.
+Handoff = dict[int, "TestData"]
 COLLECTOR_NAME = "latency-collector"
 TRACKER_NAME = "latency-tracker"
 SAMPLER_NAME = "latency-sampler"
@@ -76,6 +79,7 @@ class RunState:
     interleaves)."""
 
     __slots__ = (
+        "handoff",
         "outer_sink",
         "regressions",
         "router",
@@ -88,6 +92,7 @@ class RunState:
 
     def __init__(self) -> None:
         self.tests: list[TestData] = []
+        self.handoff: Handoff = {}
         # The test running in this process and its recording: an interrupted run still reports
         # what that test measured.
         self.router = Router()

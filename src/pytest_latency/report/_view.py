@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_latency import units as fmt
-from pytest_latency.diagnose import title
+from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
@@ -209,9 +209,10 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
     else:
         fit = ""
     n = phase.get("n", 0)
-    over = f"median of {n} streamed calls"
-    leaning = phase.get("leaning")
-    if leaning == "prefill":
+    over = f"median of {n} streamed calls" if phase.get("leaning") else f"over {n} calls"
+    # A file written before the split carried its leaning: diagnose's thresholds decide it.
+    side = phase.get("leaning") or leaning(float(share))
+    if side == "prefill":
         return Statement(
             "prefill",
             "Mostly before the first token",
@@ -219,7 +220,7 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
             f"prompt processing), {fmt.ratio(1 - share)} streaming ({over}).{fit}",
         )
     tpot = _stat(_metric(test, "tpot"), "p50")
-    if leaning == "decode":
+    if side == "decode":
         return Statement(
             "decode",
             "Mostly streaming",
@@ -228,7 +229,7 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
         )
     return Statement(
         "balanced",
-        "Prefill ≈ decode" if leaning == "balanced" else "Time split",
+        "Prefill ≈ decode",
         f"{fmt.ratio(share)} before the first token, {fmt.ratio(1 - share)} streaming "
         f"(tpot p50 {tpot}; {over}).{fit}",
     )
@@ -268,6 +269,12 @@ def _calls_statement(test: Mapping[str, Any]) -> Statement | None:
     """How the samples' calls ran, as `diagnose` measured it; "could run concurrently" only
     when its dependency test found independent serial calls (the finding)."""
     shape = test.get("concurrency")
+    if "concurrency" not in test:  # a file written before the overlap was: its timelines
+        found = overlap_of(
+            [(float(r[0]), float(r[2])) for r in sample["calls"]]
+            for sample in (test.get("timeline") or {}).get("samples", [])
+        )
+        shape = found.to_dict() if found is not None else None
     if not isinstance(shape, Mapping):
         return None
     calls, level = shape.get("median_calls", 0), shape.get("concurrency", 1.0)
