@@ -2,8 +2,8 @@
 
 Owns the layout of the summary for a terminal: fixed-width columns and the budget misses below
 them. Every figure is read from the test's pool (the same values the result file and the report
-show) and formatted by `units`; nothing is computed here. May import `testdata`, `pools` and
-`units`; never pytest (the plugin hands the lines to pytest's terminal reporter).
+show) and formatted by `units`; nothing is computed here. May import `testdata`, `pools`,
+`verdicts` and `units`; never pytest (the plugin hands the lines to pytest's terminal reporter).
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ _HEADERS = (
 def verdict(test: TestData) -> str:
     """One word for a test: fail if any budget failed the gate, inconclusive if any was not
     confident (whatever the policy made of it), pass, or "-" for a test without budgets."""
-    statuses = {j.status for j in test.judgements}
-    for status in ("fail", "inconclusive", "pass"):
-        if status in statuses:
-            return status
-    return "-"
+    from pytest_latency.verdicts import worst_status
+
+    return worst_status(j.status for j in test.judgements) or "-"
 
 
 def summary_lines(tests: Sequence[TestData], *, width: int = 48) -> list[str]:

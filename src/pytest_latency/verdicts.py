@@ -42,6 +42,13 @@ def confidence_for_looks(looks: int, confidence: float = CONFIDENCE) -> float:
     return 1 - (1 - confidence) / max(1, looks)
 
 
+def worst_status(statuses: Iterable[str]) -> str | None:
+    """One word for a test from its budgets' statuses: "fail" if any failed the gate,
+    "inconclusive" if any passed without confidence, "pass", or None for no budget."""
+    seen = set(statuses)
+    return next((s for s in ("fail", "inconclusive", "pass") if s in seen), None)
+
+
 # The expression of the judgement `fail` adds: not a budget expression, never parsed as one.
 FLAGGED_EXPR = "no flagged calls"
 
@@ -327,4 +334,5 @@ __all__ = [
     "confidence_for_looks",
     "flagged_failure",
     "judge",
+    "worst_status",
 ]

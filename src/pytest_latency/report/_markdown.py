@@ -15,7 +15,13 @@ from typing import Any
 
 from pytest_latency import units as fmt
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.results import Comparison, MetricChange, budget_status, verdict_counts
+from pytest_latency.results import (
+    Comparison,
+    MetricChange,
+    budget_status,
+    test_status,
+    verdict_counts,
+)
 
 MAX_ROWS = 200
 MAX_FINDING_LINES = 40
@@ -46,11 +52,7 @@ def _cache(ratio: Mapping[str, Any]) -> str:
 
 
 def _test_verdict(test: Mapping[str, Any]) -> str:
-    statuses = {budget_status(b) for b in test.get("budgets", [])}
-    for status in ("fail", "inconclusive", "pass"):
-        if status in statuses:
-            return status
-    return "–"
+    return test_status(test) or "–"
 
 
 def render_markdown(result: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.results import budget_status, verdict_counts
+from pytest_latency.results import budget_status, test_status, verdict_counts
 
 # Full per-test details (statements, tables, what-ifs, four charts: ~25 kB each) for at most this
 # many tests, failing budgets first, then inconclusive ones, then the slowest by e2e p95, so a
@@ -361,11 +361,7 @@ def _metric_rows(metrics: Mapping[str, Mapping[str, Any]]) -> tuple[MetricRow, .
 
 
 def _test_verdict(test: Mapping[str, Any]) -> str:
-    statuses = {budget_status(b) for b in test.get("budgets", [])}
-    for status in ("fail", "inconclusive", "pass"):
-        if status in statuses:
-            return status
-    return "none"
+    return test_status(test) or "none"
 
 
 def _hints(test: Mapping[str, Any]) -> tuple[str, ...]:

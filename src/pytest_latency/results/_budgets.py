@@ -90,6 +90,13 @@ def budget_status(budget: Mapping[str, Any]) -> str:
     return "pass"
 
 
+def test_status(test: Mapping[str, Any]) -> str | None:
+    """A test entry's one word (`verdicts.worst_status` of its budgets); None without budgets."""
+    from pytest_latency.verdicts import worst_status
+
+    return worst_status(budget_status(b) for b in test.get("budgets", []))
+
+
 def verdict_counts(result: Mapping[str, Any]) -> dict[str, int]:
     """Budget outcomes over every test budget and session budget of a result."""
     counts = {"pass": 0, "fail": 0, "inconclusive": 0}
