@@ -210,6 +210,7 @@ def test_a_falling_ttft_is_no_prefill_cost() -> None:
 def test_reports_carry_plain_data_that_report_writers_can_serialise(
     pytester: pytest.Pytester,
 ) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makeconftest(
         """
         import json
