@@ -50,7 +50,7 @@ from pytest_latency import diagnose, instrument
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.metrics import call_metrics
 from pytest_latency.pools import Pool
-from pytest_latency.results import build_result, dumps, write_result
+from pytest_latency.results import build_result, dumps, test_blocks, write_result
 from pytest_latency.sim import LatencyModel, SimServer
 from pytest_latency.terminal import summary_lines
 from pytest_latency.testdata import TestData
@@ -164,6 +164,7 @@ def synthetic_tests(
         test.outcome = "passed" if all(j.passed for j in test.judgements) else "failed"
         found = diagnose.diagnose_test(test.pool, judgements=test.judgements)
         test = test.diagnosed(found, diagnose.test_figures(test.pool))
+        test.blocks = test_blocks(test)  # a worker does this when a result file is wanted
         out.append(TestData.from_wire(test.to_wire()))
     return out
 

@@ -459,3 +459,18 @@ def test_the_result_file_is_written_with_ordinary_permissions(tmp_path: Path) ->
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+
+
+def test_blocks_built_where_the_test_ran_give_the_same_file() -> None:
+    """A worker builds each test's blocks (`results.test_blocks`) when a file will be written;
+    the file is the same, byte for byte, as when `build_result` builds them itself."""
+    from latency_data import RUN, records
+
+    from pytest_latency.results import build_result, test_blocks
+
+    plain = records(sample_tests() + diagnosis_tests())
+    ahead = records(sample_tests() + diagnosis_tests())
+    for test in ahead:
+        test.blocks = test_blocks(test)
+    rebuilt = [type(t).from_wire(json.loads(json.dumps(t.to_wire()))) for t in ahead]
+    assert dumps(build_result(plain, run=RUN)) == dumps(build_result(rebuilt, run=RUN))

@@ -50,6 +50,9 @@ class TestData:
     # computed with the findings on the process that ran the test, so the end of a session (a
     # pytest-xdist controller's above all) need not compute them for every test.
     figures: dict[str, Any] | None = None
+    # The costly parts of the test's result-file entry (`results.test_blocks`), built where the
+    # test ran when a result file will be written; None otherwise.
+    blocks: dict[str, Any] | None = None
     # The policies the judgements were made under (None: the test was not judged).
     policy: str | None = None
     flagged_policy: str | None = None
@@ -133,6 +136,8 @@ class TestData:
             out["findings"] = [f.to_dict() for f in self.findings]
         if self.figures is not None:
             out["figures"] = self.figures
+        if self.blocks is not None:
+            out["blocks"] = self.blocks
         for name in ("policy", "flagged_policy", "confidence"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -166,6 +171,7 @@ class TestData:
                 else None
             ),
             figures=data.get("figures"),
+            blocks=data.get("blocks"),
             policy=data.get("policy"),
             flagged_policy=data.get("flagged_policy"),
             confidence=data.get("confidence"),

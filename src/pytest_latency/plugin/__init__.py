@@ -76,6 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_KEY] = run
     run.router.text_limit = settings.capture_text
     run.outer_sink = set_sink(run.router.route)
+    # A worker builds each test's blocks of the result file when the controller will write one
+    # (the same options reach every process).
+    run.handoff.blocks = _outputs.files_wanted(config)
     tracker = TestTracker(run.router, run.handoff)
     config.pluginmanager.register(tracker, TRACKER_NAME)
     if settings.capture == "auto":

@@ -44,6 +44,17 @@ class Outputs(NamedTuple):  # not a dataclass: see the Settings class in `_state
         return any((self.json, self.report, self.markdown, self.save, self.baseline))
 
 
+def files_wanted(config: pytest.Config) -> bool:
+    """Whether this run will build a result file (any output asked for, on the command line,
+    in the ini file, or through $GITHUB_STEP_SUMMARY); cheap, on every process."""
+    names = ("latency_json", "latency_report", "latency_markdown")
+    return (
+        any(config.getoption(n, default=None) for n in (*names, "latency_save", "latency_baseline"))
+        or any(config.getini(n) for n in names)
+        or bool(os.environ.get("GITHUB_STEP_SUMMARY"))
+    )
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("latency")
     group.addoption("--latency-json", dest="latency_json", metavar="PATH", help=JSON_DESC)

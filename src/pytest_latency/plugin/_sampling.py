@@ -191,7 +191,7 @@ class TestTracker:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Already there: the sampler's (a planned test, its object handed over in this process)
         # or a worker's (on an xdist controller: plain data, rebuilt here once).
-        test = self._handoff.pop(id(report), None)
+        test = self._handoff.records.pop(id(report), None)
         if test is None:
             test = _attached(getattr(report, REPORT_ATTRIBUTE, None))
         recording = self._router.recording
@@ -239,8 +239,12 @@ def attach(report: pytest.TestReport, test: TestData, handoff: Handoff) -> None:
     """Put a test's record on its report as plain data (what pytest-xdist forwards, and what
     any plugin that serialises reports, such as pytest-reportlog, can write), and hand the
     object itself to this process's tracker, which then needs to rebuild nothing."""
+    if handoff.blocks and test.calls and test.blocks is None:
+        from pytest_latency.results import test_blocks
+
+        test.blocks = test_blocks(test)
     setattr(report, REPORT_ATTRIBUTE, test.to_wire())
-    handoff[id(report)] = test
+    handoff.records[id(report)] = test
 
 
 class Sampler:

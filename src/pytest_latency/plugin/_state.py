@@ -22,9 +22,21 @@ if TYPE_CHECKING:
     from pytest_latency.verdicts import Judgement
 
 REPORT_ATTRIBUTE = "pytest_latency"
-# A record put on a report in this process, by the report's id, until the tracker's logreport
-# takes it (the same report object): the report itself carries only plain data.
-Handoff = dict[int, "TestData"]
+
+
+class Handoff:
+    """Records put on reports in this process, by the report's id, until the tracker's
+    logreport takes them (the same report object: the report itself carries only plain data);
+    and whether a result file will be built, so each record's blocks are built where its test
+    ran (`results.test_blocks`)."""
+
+    __slots__ = ("blocks", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[int, TestData] = {}
+        self.blocks = False
+
+
 COLLECTOR_NAME = "latency-collector"
 TRACKER_NAME = "latency-tracker"
 SAMPLER_NAME = "latency-sampler"
@@ -92,7 +104,7 @@ class RunState:
 
     def __init__(self) -> None:
         self.tests: list[TestData] = []
-        self.handoff: Handoff = {}
+        self.handoff = Handoff()
         # The test running in this process and its recording: an interrupted run still reports
         # what that test measured.
         self.router = Router()

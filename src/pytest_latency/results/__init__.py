@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pytest_latency.results._blocks import PERCENTILES
 from pytest_latency.results._budgets import budget_status, test_status, verdict_counts
-from pytest_latency.results._build import build_result
+from pytest_latency.results._build import build_result, test_blocks
 from pytest_latency.results._compare import (
     SIGNIFICANCE,
     Comparison,
@@ -41,6 +41,7 @@ __all__ = [
     "dumps",
     "load_result",
     "merge_results",
+    "test_blocks",
     "test_status",
     "verdict_counts",
     "write_atomic",

@@ -113,30 +113,48 @@ def _retried_errors(calls: Sequence[Call]) -> Counter[str]:
     return Counter(a.error for c in calls for a in c.attempts[:-1] if a.error is not None)
 
 
-def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -> dict[str, Any]:
-    """The test's entry; its calls' values are also counted into `by_keys` (per key set of the
-    calls, per metric) for the group and session rollups."""
+def test_blocks(test: TestData) -> dict[str, Any]:
+    """The costly parts of a test's entry, which depend on nothing but the test: its metric
+    blocks (exact percentiles of its sorted values and their HDR blob), timeline, error kinds,
+    usage fields and prefill points. The plugin computes them where the test ran, when a result
+    file will be written (`TestData.blocks`), so the end of a session only assembles them."""
     pool = test.pool
-    ok_by_keys: dict[_Keys, list[CallMetrics]] = {}
-    for final in pool.ok:
-        ok_by_keys.setdefault(tuple(k for k, _ in _group_keys(final)), []).append(final)
     metrics: dict[str, MetricBlock] = {}
     for metric in POOLED_METRICS:
-        data = pool.values(metric)
-        if not data:
-            continue
-        counts = BucketCounts()
-        for keys, subset in ok_by_keys.items():
+        data = pool.values(metric)  # the calls' values and the hand-recorded ones, sorted
+        if data:
+            counts = BucketCounts()
+            record_values(data, (counts,))
+            metrics[metric] = exact_block(metric, data, counts)
+    figures = test.figures if test.figures is not None else diagnose.test_figures(pool)
+    return {
+        "metrics": metrics,
+        "usage_fields": _usage_fields(pool.ok),
+        "error_kinds": _error_kinds(pool.calls),
+        "timeline": _timeline(pool.calls),
+        "prefill": _prefill(pool.ok, figures["prefill_fit"]),
+    }
+
+
+def _count_rollups(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -> None:
+    """Count the test's successful calls' values into `by_keys` (per key set of the calls, per
+    metric) for the group and session rollups; hand-recorded values stay out of them."""
+    ok_by_keys: dict[_Keys, list[CallMetrics]] = {}
+    for final in test.pool.ok:
+        ok_by_keys.setdefault(tuple(k for k, _ in _group_keys(final)), []).append(final)
+    for keys, subset in ok_by_keys.items():
+        into = by_keys.setdefault(keys, {})
+        for metric in POOLED_METRICS:
             part = call_values(subset, metric)
             if part:
-                pooled = by_keys.setdefault(keys, {}).setdefault(metric, BucketCounts())
-                record_values(part, (counts, pooled))  # each value's bucket computed once
-        # Hand-recorded values join the test's block exactly as they join its budgets, so a
-        # block's p95 is the estimate its budget saw (they stay out of the rollups).
-        own = [m.value for m in pool.manual if m.metric == metric]
-        if own:
-            counts.record_many(own)
-        metrics[metric] = exact_block(metric, data, counts)
+                record_values(part, (into.setdefault(metric, BucketCounts()),))
+
+
+def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -> dict[str, Any]:
+    """The test's entry; its calls' values are also counted into `by_keys` for the rollups."""
+    _count_rollups(test, by_keys)
+    pool = test.pool
+    blocks = test.blocks if test.blocks is not None else test_blocks(test)
     findings = test.findings
     if findings is None:  # a record no one diagnosed (a tool's data): diagnosed here, the same way
         findings = tuple(diagnose.diagnose_test(pool, judgements=test.judgements))
@@ -154,18 +172,18 @@ def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -
         "error_count": pool.errors,
         "retries": pool.retries,
         "calls_per_sample": list(pool.calls_per_sample()),
-        "metrics": metrics,
+        "metrics": blocks["metrics"],
         "cache_read_ratio": ratio_block(pool.cache_ratio()),
-        "usage_fields": _usage_fields(pool.ok),
+        "usage_fields": blocks["usage_fields"],
         "phase": _phase(figures["phase"]),
         "concurrency": json_safe(figures["concurrency"]),
         "budgets": [budget_entry(j) for j in test.judgements],
         "flags": flag_counts(pool.finals),
         "errors": dict(sorted(pool.error_counts().items())),
         "retried_errors": dict(sorted(_retried_errors(pool.calls).items())),
-        "error_kinds": _error_kinds(pool.calls),
-        "timeline": _timeline(pool.calls),
-        "prefill": _prefill(pool.ok, figures["prefill_fit"]),
+        "error_kinds": blocks["error_kinds"],
+        "timeline": blocks["timeline"],
+        "prefill": blocks["prefill"],
         "findings": json_safe([f.to_dict() for f in findings]),
         "what_ifs": json_safe(figures["what_ifs"], digits=7),
     }
