@@ -164,7 +164,9 @@ def synthetic_tests(
         test.outcome = "passed" if all(j.passed for j in test.judgements) else "failed"
         found = diagnose.diagnose_test(test.pool, judgements=test.judgements)
         test = test.diagnosed(found, diagnose.test_figures(test.pool))
+        start = time.perf_counter()
         test.blocks = test_blocks(test)  # a worker does this when a result file is wanted
+        BLOCK_SECONDS.append(time.perf_counter() - start)
         out.append(TestData.from_wire(test.to_wire()))
     return out
 
@@ -220,6 +222,7 @@ def peak_mib(fn: Callable[[], Any]) -> float:
 
 
 PAINTS: list[int] = []  # first-contentful-paint (ms) the report writes into <body>
+BLOCK_SECONDS: list[float] = []  # per test, building its result-file blocks (worker side)
 
 
 def chromium(profile: Path, url: str) -> float:
@@ -266,6 +269,9 @@ def main() -> int:
         lambda: synthetic_tests(args.tests, args.samples, args.calls_per_sample, args.itl_values)
     )
     n_values, n_calls, values = count_values(tests)
+    blocks_ms = statistics.median(BLOCK_SECONDS) * 1000
+    print(f"per test, where it ran: result-file blocks built in {blocks_ms:.2f} ms (median), "
+          f"{sum(BLOCK_SECONDS):.2f} s over the {len(BLOCK_SECONDS)} tests")  # fmt: skip
     print(f"data: {len(tests)} tests, {n_calls} calls, {n_values:,} recorded values "
           f"(built, judged and diagnosed in {build_s:.1f} s)")  # fmt: skip
     run = {"started": "2026-01-01T00:00:00+00:00", "duration_s": 1.0, "versions": {}, "git": None}
