@@ -13,6 +13,7 @@ values come from `pools.Pool`, built once per test. May import `budgets`, `stats
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -103,20 +104,16 @@ class Judgement:
         )
 
 
-_PARSED: dict[str, Expectation | None] = {}
-
-
+@functools.lru_cache(maxsize=4096)
 def _parsed(expr: str) -> Expectation | None:
     """A judgement's expression parsed again where it arrives as data (on the controller, once
     per distinct budget: a budget shared by many tests is parsed once)."""
     if expr == FLAGGED_EXPR:
         return None
-    if expr not in _PARSED:
-        try:
-            _PARSED[expr] = parse_expectation(expr, source="test report")
-        except BudgetError:
-            _PARSED[expr] = None
-    return _PARSED[expr]
+    try:
+        return parse_expectation(expr, source="test report")
+    except BudgetError:
+        return None
 
 
 def judge(

@@ -11,15 +11,19 @@ names from the catalogue) and `json_safe` (diagnosis output made strict JSON). M
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import stats
 from pytest_latency.catalogue import METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, LatencyHistogram
 from pytest_latency.pools import CacheRatio
 from pytest_latency.results._schema import CacheRatioBlock, MetricBlock, OtelBlock
+
+if TYPE_CHECKING:
+    from pytest_latency.metrics import CallMetrics
 
 PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0)
 FLAGS: Final = ("consumer_bound", "client_saturated", "incomplete", "opaque")
@@ -147,13 +151,13 @@ def ratio_block(ratio: CacheRatio | None) -> CacheRatioBlock:
     }
 
 
-def flag_counts(finals: Sequence[Any]) -> dict[str, int]:
-    """How many of `finals` (CallMetrics) carry each flag (most carry none: one pass finds the
-    few that do)."""
-    flagged = [
-        f for f in finals if f.consumer_bound or f.client_saturated or f.incomplete or f.opaque
-    ]
-    return {flag: sum(bool(getattr(f, flag)) for f in flagged) for flag in FLAGS}
+_FLAGS_OF: Final = operator.attrgetter(*FLAGS)
+
+
+def flag_counts(finals: Sequence[CallMetrics]) -> dict[str, int]:
+    """How many of `finals` carry each flag (most carry none: one pass finds the few that do)."""
+    flagged = [values for values in map(_FLAGS_OF, finals) if any(values)]
+    return {flag: sum(bool(v[i]) for v in flagged) for i, flag in enumerate(FLAGS)}
 
 
 def rollup_dict(

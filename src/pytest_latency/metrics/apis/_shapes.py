@@ -68,6 +68,13 @@ def openai_usage(usage: Mapping[str, Any]) -> UsageFields:
     )
 
 
+def read_openai_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
+    """`WireApi.read_usage` for OpenAI's APIs: each usage object is complete, so the earlier
+    ones do not matter."""
+    del previous
+    return openai_usage(usage)
+
+
 def openai_normalised(fields: UsageFields) -> Usage:
     """OpenAI's counts already mean what the package means: input includes cached tokens."""
     return Usage(

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_latency.metrics._usage import Usage, UsageFields
 from pytest_latency.metrics.apis import _choices
-from pytest_latency.metrics.apis._shapes import openai_normalised, openai_usage, provider_error
+from pytest_latency.metrics.apis._shapes import openai_normalised, provider_error, read_openai_usage
 
 NAME = "openai.chat"
 
@@ -40,10 +39,6 @@ output_event = _choices.output
 output_body = _choices.output
 
 
-def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
-    del previous  # each usage object is complete
-    return openai_usage(usage)
-
-
-def normalise_usage(fields: UsageFields) -> Usage:
-    return openai_normalised(fields)
+# OpenAI's usage object, read and normalised as every OpenAI API's is.
+read_usage = read_openai_usage
+normalise_usage = openai_normalised

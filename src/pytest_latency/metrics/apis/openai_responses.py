@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_latency.metrics._fingerprint import OutputText
-from pytest_latency.metrics._usage import Usage, UsageFields
 from pytest_latency.metrics.apis._protocol import (
     AUDIO,
     NOTHING,
@@ -29,8 +28,8 @@ from pytest_latency.metrics.apis._shapes import (
     as_str,
     is_text,
     openai_normalised,
-    openai_usage,
     provider_error,
+    read_openai_usage,
 )
 
 NAME = "openai.responses"
@@ -131,13 +130,9 @@ def body(payload: Mapping[str, Any]) -> Classified:
     return _final(payload, terminal=False)
 
 
-def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
-    del previous  # the usage object is complete
-    return openai_usage(usage)
-
-
-def normalise_usage(fields: UsageFields) -> Usage:
-    return openai_normalised(fields)
+# OpenAI's usage object, read and normalised as every OpenAI API's is.
+read_usage = read_openai_usage
+normalise_usage = openai_normalised
 
 
 def output_event(payload: Mapping[str, Any], out: OutputText) -> bool:
