@@ -8,15 +8,18 @@ times replaced by seeded lognormal draws. Default: 1,000 tests × 20 samples × 
 gaps = 1,000,000 ITL values plus 40,000 calls' per-call metrics (~1.2 M values). Budgets are
 judged and findings computed per test with the plugin's own functions, as it does during a run.
 
-Then it measures, each stage ``--reps`` times (median and spread, load average printed), the
-whole end-of-session work the controller does (session budgets judged over every call,
-`build_result` with the group and session diagnosis, the terminal summary, `render_html`,
-`render_markdown`) and each part of it, peak memory of each stage with tracemalloc (a separate
-pass), and, if Debian's chromium is installed, ``chromium --headless --dump-dom`` on the
-1,000-test report vs a trivial page, interleaved. Absolute times on a shared 2-core machine
-drift, so each stage is also given as a ratio to a yardstick timed in the same interleaving:
-``sorted()`` over the same ~1.2 M values. Targets (issue #13): the end of the session ≤ 2 s here
-and ≤ 8× the yardstick.
+Then it measures, each stage ``--reps`` times (median and spread, load average printed), the whole
+end-of-session work the controller does after the last test (session budgets judged over every call,
+the result file finished from the `ResultBuilder` the records were added to as they arrived, with
+the group and session diagnosis, the terminal summary, and the JSON, HTML and Markdown files
+rendered and written as the plugin writes them) and each part of it (and `build_result` from
+scratch, as a tool without a builder pays it); the per-test cost of adding a record to the builder
+is reported beside the per-test cost of its blocks; peak memory of each stage with tracemalloc (a
+separate pass), and, if Debian's chromium is installed, ``chromium --headless --dump-dom`` on the
+1,000-test report vs a trivial page, interleaved. Absolute times on a shared 2-core machine drift,
+so each stage is also given as a ratio to a yardstick timed in the same interleaving: ``sorted()``
+over the same ~1.2 M values. Targets (issue #13): the end of the session ≤ 2 s here and ≤ 8× the
+yardstick.
 
     python benchmarks/bench_scale.py            # ~3 min
     python benchmarks/bench_scale.py --quick    # 200 tests, 1 rep, ~20 s
@@ -49,8 +52,15 @@ from _common import load
 from pytest_latency import diagnose, instrument
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.metrics import call_metrics
+from pytest_latency.plugin._outputs import Outputs, write_outputs
 from pytest_latency.pools import Pool
-from pytest_latency.results import build_result, dumps, test_blocks, write_result
+from pytest_latency.results import (
+    ResultBuilder,
+    build_result,
+    dumps,
+    test_blocks,
+    write_result,
+)
 from pytest_latency.sim import LatencyModel, SimServer
 from pytest_latency.terminal import summary_lines
 from pytest_latency.testdata import TestData
@@ -184,18 +194,30 @@ def count_values(tests: list[TestData]) -> tuple[int, int, list[float]]:
     return len(values), calls, values
 
 
-def end_of_session(tests: list[TestData], run: dict[str, Any]) -> dict[str, Any]:
+def end_of_session(
+    tests: list[TestData], builder: ResultBuilder, run: dict[str, Any], root: Path
+) -> dict[str, Any]:
     """What the controller does after the last test: the session budgets over every call, the
-    result file (group and session diagnosis included), the terminal summary, HTML, Markdown."""
-    from pytest_latency.report import render_html, render_markdown
-
+    result file (finishing the rollups the builder counted as records arrived, with the group
+    and session diagnosis), the terminal summary, HTML and Markdown, each file written as the
+    plugin writes it (`write_outputs`)."""
     expectations = [parse_expectation(e, source="bench") for e in SESSION_EXPECT]
     session = judge(expectations, Pool.merged(t.pool for t in tests))
-    result = build_result(tests, run=run, session_budgets=session)
+    result = builder.result(run=run, session_budgets=session)
     summary_lines(tests)
-    render_html(result)
-    render_markdown(result)
+    outputs = Outputs(json=root / "eos.json", report=root / "eos.html", markdown=root / "eos.md")
+    write_outputs(outputs, result)
     return result
+
+
+def fill_builder(tests: list[TestData]) -> ResultBuilder:
+    """The controller's builder, each record added as its report arrives (timed per test)."""
+    builder = ResultBuilder()
+    for test in tests:
+        start = time.perf_counter()
+        builder.add(test)
+        ADD_SECONDS.append(time.perf_counter() - start)
+    return builder
 
 
 # ---- measuring -------------------------------------------------------------------------------
@@ -223,6 +245,7 @@ def peak_mib(fn: Callable[[], Any]) -> float:
 
 PAINTS: list[int] = []  # first-contentful-paint (ms) the report writes into <body>
 BLOCK_SECONDS: list[float] = []  # per test, building its result-file blocks (worker side)
+ADD_SECONDS: list[float] = []  # per test, adding its record to the builder (controller side)
 
 
 def chromium(profile: Path, url: str) -> float:
@@ -272,6 +295,11 @@ def main() -> int:
     blocks_ms = statistics.median(BLOCK_SECONDS) * 1000
     print(f"per test, where it ran: result-file blocks built in {blocks_ms:.2f} ms (median), "
           f"{sum(BLOCK_SECONDS):.2f} s over the {len(BLOCK_SECONDS)} tests")  # fmt: skip
+    builder = fill_builder(tests)
+    add_ms = statistics.median(ADD_SECONDS) * 1000
+    print(f"per test, as its report arrives: added to the result builder (entry, rollup counts) "
+          f"in {add_ms:.2f} ms (median), {sum(ADD_SECONDS):.2f} s over the "
+          f"{len(ADD_SECONDS)} tests")  # fmt: skip
     print(f"data: {len(tests)} tests, {n_calls} calls, {n_values:,} recorded values "
           f"(built, judged and diagnosed in {build_s:.1f} s)")  # fmt: skip
     run = {"started": "2026-01-01T00:00:00+00:00", "duration_s": 1.0, "versions": {}, "git": None}
@@ -291,7 +319,7 @@ def main() -> int:
         json_path = root / "latency.json"
         for _ in range(args.reps):
             rows["yardstick"].append(timed(lambda: sorted(values))[0])
-            rows["session"].append(timed(lambda: end_of_session(tests, run))[0])
+            rows["session"].append(timed(lambda: end_of_session(tests, builder, run, root))[0])
             seconds, result = timed(lambda: build_result(tests, run=run))
             rows["build"].append(seconds)
             seconds, text = timed(functools.partial(dumps, result))
@@ -307,8 +335,8 @@ def main() -> int:
         yard = statistics.median(rows["yardstick"])
         labels = {
             "yardstick": (f"yardstick: sorted() of {len(values):,} floats", ""),
-            "session": ("end of session (all of the below + md)", ""),
-            "build": ("build_result (pools, HDR, groups)", ""),
+            "session": ("end of session (judge, finish, write all)", ""),
+            "build": ("build_result from scratch (no builder)", ""),
             "dumps": ("results.dumps (strict JSON text)", f"{len(text) / 1e6:.2f} MB"),
             "write": ("write_result (dumps + atomic write)", f"{json_mb:.2f} MB JSON"),
             "html": ("render_html", f"{len(html.encode()) / 1e6:.2f} MB HTML"),

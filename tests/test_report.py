@@ -291,3 +291,37 @@ def test_a_file_written_before_the_split_carried_its_leaning_still_reads_the_sam
     assert "<b>Serial calls.</b>" in _detail_of(
         page_old, "tests/diag/test_agent.py::test_three_tools"
     )
+
+
+def test_the_diagnosis_lines_past_the_cap_are_counted_not_dropped(
+    diag_result: dict[str, Any],
+) -> None:
+    """Past 40 lines the Markdown says how many more there are (one per finding kind per test),
+    counted the same way for the tests it no longer renders."""
+    import copy
+
+    from pytest_latency.report._markdown import MAX_FINDING_LINES
+
+    result = copy.deepcopy(diag_result)
+    flagged = [t for t in result["tests"] if t.get("findings") and t.get("error_count")]
+    assert flagged, "the diagnosis suite has a test with errors and findings"
+    template = flagged[0]
+    kinds = len({f["kind"] for f in template["findings"]})
+    copies = MAX_FINDING_LINES  # each adds `kinds` lines, so the cap is passed well before
+    for i in range(copies):
+        clone = copy.deepcopy(template)
+        clone["nodeid"] = f"tests/test_many.py::test_{i}"
+        result["tests"].append(clone)
+    diagnosis = _section(render_markdown(result), "### Diagnosis", "### Errors")
+    shown = [line for line in diagnosis.splitlines() if line.startswith("- **")]
+    assert len(shown) == MAX_FINDING_LINES
+    full = render_markdown(diag_result)
+    before = [
+        line
+        for line in _section(full, "### Diagnosis", "### Errors").splitlines()
+        if line.startswith("- **")
+    ]
+    assert len(before) < MAX_FINDING_LINES  # the suite alone is under the cap
+    more = re.search(r"- … and (\d+) more \(see the HTML report\)", diagnosis)
+    assert more is not None
+    assert int(more.group(1)) == len(before) + copies * kinds - MAX_FINDING_LINES

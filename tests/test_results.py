@@ -474,3 +474,35 @@ def test_blocks_built_where_the_test_ran_give_the_same_file() -> None:
         test.blocks = test_blocks(test)
     rebuilt = [type(t).from_wire(json.loads(json.dumps(t.to_wire()))) for t in ahead]
     assert dumps(build_result(plain, run=RUN)) == dumps(build_result(rebuilt, run=RUN))
+
+
+def test_the_builder_fed_test_by_test_writes_the_file_build_result_writes() -> None:
+    """The plugin adds each record as its report arrives; the file it finishes is the one
+    `build_result` makes from the finished list, asked twice it is the same, and a record
+    replaced with its teardown's calls changes that test's counts, not the rollups."""
+    from latency_data import records
+
+    from pytest_latency.calls import Call
+    from pytest_latency.results import ResultBuilder, build_result
+
+    tests = records(diagnosis_tests() + sample_tests())
+    run = {"started": "2026-01-01T00:00:00+00:00", "duration_s": 1.0, "versions": {}}
+    builder = ResultBuilder()
+    for test in tests:
+        builder.add(test)
+    assert len(builder) == len(tests)
+    first = builder.result(run=run)
+    assert dumps(first) == dumps(build_result(tests, run=run))
+    assert dumps(builder.result(run=run)) == dumps(first)
+    assert first["session"]["findings"], "the suite has run-wide findings to compare"
+
+    late = tests[0].calls[0]
+    teardown = type(tests[0])(nodeid=tests[0].nodeid, calls=(Call(-1, False, late.attempts),))
+    builder.replace(0, tests[0].with_late(teardown))
+    again = builder.result(run=run)
+    assert (
+        again["tests"][0]["unsampled_call_count"] == first["tests"][0]["unsampled_call_count"] + 1
+    )
+    assert again["session"] == first["session"] and again["groups"] == first["groups"]
+    with pytest.raises(ValueError, match="must keep its pool"):
+        builder.replace(0, tests[1])

@@ -41,6 +41,7 @@ from pytest_latency.diagnose._finding import (
     title,
 )
 from pytest_latency.diagnose._phases import (
+    PhaseColumns,
     PhaseSplit,
     PrefillFit,
     fit_prefill,
@@ -91,6 +92,7 @@ __all__ = [
     "Finding",
     "Hedge",
     "Overlap",
+    "PhaseColumns",
     "PhaseSplit",
     "PrefillFit",
     "SampleSchedule",
@@ -123,11 +125,15 @@ WHAT_IF_METRICS = ("e2e", "ttft")
 
 
 def diagnose_calls(
-    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
+    calls: Sequence[CallMetrics],
+    thresholds: Thresholds = DEFAULTS,
+    *,
+    phases: PhaseColumns | None = None,
 ) -> list[Finding]:
     """Findings that need only calls (no samples): prefill/decode, cache health, consumer-bound.
-    Use it for a group's pooled calls; `diagnose_test` adds the per-sample and budget checks."""
-    found = phase_findings(calls, thresholds)
+    Use it for a group's pooled calls; `diagnose_test` adds the per-sample and budget checks.
+    `phases`: the calls' `PhaseColumns`, when the caller added them up already."""
+    found = phase_findings(calls if phases is None else phases, thresholds)
     found.extend(cache_findings(calls, thresholds))
     bound = [c for c in calls if c.consumer_bound]
     if bound:

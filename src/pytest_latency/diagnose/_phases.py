@@ -1,15 +1,16 @@
 """Prefill-bound or decode-bound: where a call's time goes, and the lever that follows.
 
-Owns the split of e2e at the first token (`PhaseSplit`: the median share of e2e spent before it,
-and which side of the thresholds it leans to), the least squares fit of ttft on uncached prompt
-tokens (the cost of prefill per 1k tokens, or why it cannot be fitted), the decode cost (median
-tpot) and the `prefill_bound` / `decode_bound` findings built on them. Imports only the
-stdlib, `pytest_latency.stats`, `pytest_latency.metrics` and its sibling `_finding`.
+Owns the split of e2e at the first token (`PhaseSplit`: the median share of e2e spent before it, and
+which side of the thresholds it leans to; `PhaseColumns`, what it reads from the calls), the least
+squares fit of ttft on uncached prompt tokens (the cost of prefill per 1k tokens, or why it cannot
+be fitted), the decode cost (median tpot) and the `prefill_bound` / `decode_bound` findings built on
+them. Imports only the stdlib, `pytest_latency.stats`, `pytest_latency.metrics` and its sibling
+`_finding`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,70 @@ def _fit(points: Sequence[tuple[float, float]], thresholds: Thresholds) -> Prefi
 
 
 def _median(values: Sequence[float]) -> float | None:
-    return stats.percentile(values, 50) if values else None
+    # SortedValues checks finiteness with one C-speed sum; a group's columns hold every call.
+    return stats.percentile(stats.SortedValues.of(values), 50) if values else None
+
+
+@dataclass(slots=True)
+class PhaseColumns:
+    """What a phase split reads from the successful streamed calls, column by column: each
+    call's share of e2e before its first token, its ttft, e2e, uncached prompt tokens, output
+    tokens and tpot, and its (uncached tokens, ttft) point for the prefill fit. Built from calls
+    once (`of`), added up across sets of calls (`extend`): a group's split is the split of its
+    parts' columns, so a run's groups need not walk every call again."""
+
+    shares: list[float]
+    ttfts: list[float]
+    e2es: list[float]
+    uncached: list[float]
+    outputs: list[float]
+    tpots: list[float]
+    points: list[tuple[float, float]]
+
+    @classmethod
+    def empty(cls) -> PhaseColumns:
+        return cls([], [], [], [], [], [], [])
+
+    @classmethod
+    def of(cls, calls: Iterable[CallMetrics]) -> PhaseColumns:
+        columns = cls.empty()
+        columns.add(calls)
+        return columns
+
+    def add(self, calls: Iterable[CallMetrics]) -> None:
+        shares, ttfts, e2es = self.shares, self.ttfts, self.e2es
+        uncached, outputs, tpots, points = self.uncached, self.outputs, self.tpots, self.points
+        for c in calls:
+            ttft, e2e = c.ttft, c.e2e
+            if c.error is not None or ttft is None or e2e is None or e2e <= 0:
+                continue
+            shares.append(ttft / e2e)
+            ttfts.append(ttft)
+            e2es.append(e2e)
+            if c.input_tokens is not None:
+                tokens = float(max(c.input_tokens - (c.cache_read_tokens or 0), 0))
+                uncached.append(tokens)
+                points.append((tokens, ttft))
+            if c.output_tokens is not None:
+                outputs.append(float(c.output_tokens))
+            if c.tpot is not None:
+                tpots.append(c.tpot)
+
+    def extend(self, other: PhaseColumns) -> None:
+        self.shares.extend(other.shares)
+        self.ttfts.extend(other.ttfts)
+        self.e2es.extend(other.e2es)
+        self.uncached.extend(other.uncached)
+        self.outputs.extend(other.outputs)
+        self.tpots.extend(other.tpots)
+        self.points.extend(other.points)
+
+    def sort(self) -> None:
+        """Sort each median column in place (the split is the same; columns sorted first make
+        a group's concatenation of them cheap to sort again). The points keep their order."""
+        for column in (self.shares, self.ttfts, self.e2es, self.uncached, self.outputs):
+            column.sort()
+        self.tpots.sort()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,51 +218,30 @@ def leaning(share: float, thresholds: Thresholds = DEFAULTS) -> str:
 
 
 def phase_split(
-    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
+    calls: Sequence[CallMetrics] | PhaseColumns, thresholds: Thresholds = DEFAULTS
 ) -> PhaseSplit | None:
-    """The split of the successful streamed calls among `calls`; None when there are none
-    (a non-streamed call has no first token to split at). One pass over the calls: a group's
-    split runs over every call of the run."""
-    shares: list[float] = []
-    ttfts: list[float] = []
-    e2es: list[float] = []
-    uncached: list[float] = []
-    outputs: list[float] = []
-    tpots: list[float] = []
-    points: list[tuple[float, float]] = []
-    for c in calls:
-        ttft, e2e = c.ttft, c.e2e
-        if c.error is not None or ttft is None or e2e is None or e2e <= 0:
-            continue
-        shares.append(ttft / e2e)
-        ttfts.append(ttft)
-        e2es.append(e2e)
-        if c.input_tokens is not None:
-            tokens = float(max(c.input_tokens - (c.cache_read_tokens or 0), 0))
-            uncached.append(tokens)
-            points.append((tokens, ttft))
-        if c.output_tokens is not None:
-            outputs.append(float(c.output_tokens))
-        if c.tpot is not None:
-            tpots.append(c.tpot)
-    if not shares:
+    """The split of the successful streamed calls among `calls` (or of the columns already
+    taken from them); None when there are none (a non-streamed call has no first token to
+    split at)."""
+    columns = calls if isinstance(calls, PhaseColumns) else PhaseColumns.of(calls)
+    if not columns.shares:
         return None
-    share = stats.percentile(shares, 50)
+    share = stats.percentile(stats.SortedValues.of(columns.shares), 50)
     return PhaseSplit(
-        n=len(shares),
+        n=len(columns.shares),
         share=share,
         leaning=leaning(share, thresholds),
-        median_ttft_us=_median(ttfts),
-        median_e2e_us=_median(e2es),
-        median_uncached_tokens=_median(uncached),
-        median_output_tokens=_median(outputs),
-        decode_us_per_token=_median(tpots),
-        fit=_fit(points, thresholds),
+        median_ttft_us=_median(columns.ttfts),
+        median_e2e_us=_median(columns.e2es),
+        median_uncached_tokens=_median(columns.uncached),
+        median_output_tokens=_median(columns.outputs),
+        decode_us_per_token=_median(columns.tpots),
+        fit=_fit(columns.points, thresholds),
     )
 
 
 def phase_findings(
-    calls: Sequence[CallMetrics], thresholds: Thresholds = DEFAULTS
+    calls: Sequence[CallMetrics] | PhaseColumns, thresholds: Thresholds = DEFAULTS
 ) -> list[Finding]:
     """prefill_bound / decode_bound over successful calls (a test's, or a group's pooled)."""
     split = phase_split(calls, thresholds)

@@ -19,6 +19,7 @@ from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
 from pytest_latency.plugin._state import RunState, Settings
 
 if TYPE_CHECKING:
+    from pytest_latency.results import ResultBuilder
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
 
@@ -30,6 +31,13 @@ class LatencyCollector:
         self._outputs = outputs
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._position: dict[str, int] = {}  # a reported test's nodeid → its index in tests
+        # The result file is built test by test as records arrive, when anything will read it,
+        # so the end of the session only finishes the rollups.
+        self._builder: ResultBuilder | None = None
+        if outputs.wanted or outputs.baseline is not None or os.environ.get("GITHUB_STEP_SUMMARY"):
+            from pytest_latency.results import ResultBuilder
+
+            self._builder = ResultBuilder()
 
     def collect(self, report: pytest.TestReport, test: TestData) -> None:
         """One test's record, from its call report or, for calls made after it, its teardown
@@ -38,12 +46,19 @@ class LatencyCollector:
         if test.teardown and position is not None:
             # The late calls join what the call report brought; they are fixtures' calls,
             # outside any sample, so its pool, verdicts and findings stand.
-            self._run.tests[position] = self._run.tests[position].with_late(test)
+            updated = self._run.tests[position] = self._run.tests[position].with_late(test)
+            if self._builder is not None:
+                self._builder.replace(position, updated)
             return
         if not test.teardown:
             test.outcome = report.outcome
-        self._position[report.nodeid] = len(self._run.tests)
+        self._append(test)
+
+    def _append(self, test: TestData) -> None:
+        self._position[test.nodeid] = len(self._run.tests)
         self._run.tests.append(test)
+        if self._builder is not None:
+            self._builder.add(test)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -73,10 +88,13 @@ class LatencyCollector:
         it unless the run was interrupted in between)."""
         if self._built is not None and self._built[0] == partial:
             return self._built[1]
-        from pytest_latency.results import build_result
+        from pytest_latency.results import ResultBuilder
 
-        result = build_result(
-            self._run.tests,
+        if self._builder is None:
+            self._builder = ResultBuilder()
+            for test in self._run.tests:
+                self._builder.add(test)
+        result = self._builder.result(
             session_budgets=self._run.session_judgements,
             partial=partial,
             run=run_info(session.config, self._started),
@@ -115,7 +133,7 @@ class LatencyCollector:
 
             test = TestData.of(current.measured(), None)
             test.outcome = "interrupted"
-            self._run.tests.append(test)
+            self._append(test)
             self._built = None
         if not (self._outputs.wanted or os.environ.get("GITHUB_STEP_SUMMARY")):
             return

@@ -164,7 +164,13 @@ def _diagnosis_section(result: Mapping[str, Any]) -> list[str]:
     tests = [t for t in result.get("tests", []) if _flagged(t) and t.get("findings")]
     order = {"fail": 0, "inconclusive": 1}
     tests.sort(key=lambda t: order.get(_test_verdict(t), 2))
+    hidden = 0  # lines past MAX_FINDING_LINES: counted from the kinds, never rendered
     for test in tests:
+        if len(lines) >= MAX_FINDING_LINES:
+            hidden += len(
+                {str(f.get("kind", "finding")) for f in test["findings"] if isinstance(f, Mapping)}
+            )
+            continue
         views = diag.findings_of_test(test, None)
         for kind in dict.fromkeys(v.kind for v in views):
             same = [v for v in views if v.kind == kind]
@@ -176,8 +182,9 @@ def _diagnosis_section(result: Mapping[str, Any]) -> list[str]:
     if not lines:
         return []
     shown = lines[:MAX_FINDING_LINES]
-    if len(lines) > MAX_FINDING_LINES:
-        shown.append(f"- … and {len(lines) - MAX_FINDING_LINES} more (see the HTML report)")
+    if len(lines) + hidden > MAX_FINDING_LINES:
+        beyond = len(lines) + hidden - MAX_FINDING_LINES
+        shown.append(f"- … and {beyond} more (see the HTML report)")
     return ["### Diagnosis", "", *shown, ""]
 
 

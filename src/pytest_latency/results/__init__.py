@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pytest_latency.results._blocks import PERCENTILES
 from pytest_latency.results._budgets import budget_status, test_status, verdict_counts
-from pytest_latency.results._build import build_result, test_blocks
+from pytest_latency.results._build import ResultBuilder, build_result, test_blocks
 from pytest_latency.results._compare import (
     SIGNIFICANCE,
     Comparison,
@@ -32,6 +32,7 @@ __all__ = [
     "SIGNIFICANCE",
     "Comparison",
     "MetricChange",
+    "ResultBuilder",
     "ResultError",
     "ResultFile",
     "TestEntry",

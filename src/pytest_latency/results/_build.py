@@ -1,12 +1,12 @@
 """Building the result file of one run from the plugin's per-test records.
 
-Owns `build_result`: each test's entry (its metric blocks and counters read from its pool, its
-budget entries, its findings, what-ifs, time split, prefill fit and overlap as `diagnose`
-computed them, its error kinds and its timeline), the per-model/per-endpoint rollups and the
-session block (HDR histograms, so CI shards merge exactly), each value counted into its buckets
-once. The report renders what this builds and never recomputes a metric. May import `testdata`,
-`pools`, `calls`, `diagnose`, `histogram`, `catalogue`, `metrics` (types) and its siblings; never
-pytest, never jinja2.
+Owns `ResultBuilder` (and `build_result`, the same over a finished list): each test's entry (its
+metric blocks and counters read from its pool, its budget entries, its findings, what-ifs, time
+split, prefill fit and overlap as `diagnose` computed them, its error kinds and its timeline), the
+per-model/per-endpoint rollups and the session block (HDR histograms, so CI shards merge exactly),
+each value counted into its buckets once, when its test's record arrives. The report renders what
+this builds and never recomputes a metric. May import `testdata`, `pools`, `calls`, `diagnose`,
+`histogram`, `catalogue`, `metrics` (types) and its siblings; never pytest, never jinja2.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import diagnose
@@ -38,6 +38,7 @@ from pytest_latency.results._schema import SCHEMA, MetricBlock, PhaseBlock, Pref
 if TYPE_CHECKING:
     from pytest_latency.calls import Call
     from pytest_latency.metrics import CallMetrics
+    from pytest_latency.pools import Pool
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
 
@@ -53,21 +54,32 @@ _Keys = tuple[str, ...]
 
 
 @dataclass(slots=True)
-class _Rollup:
+class _Part:
+    """What the calls of one key set (one model on one endpoint) added up to over the run: the
+    counters, errors and flags, and each metric's values counted per HDR bucket. Every call is
+    added to exactly one part, once; a rollup adds up the parts it covers."""
+
     tally: Tally
     errors: Counter[str]
     retried_errors: Counter[str]
     flags: Counter[str]
-    finals: list[CallMetrics]
+    counts: dict[str, BucketCounts]
+    phases: diagnose.PhaseColumns
 
     @classmethod
-    def empty(cls) -> _Rollup:
-        return cls(Tally(), Counter(), Counter(), Counter({f: 0 for f in FLAGS}), [])
+    def empty(cls) -> _Part:
+        return cls(
+            Tally(),
+            Counter(),
+            Counter(),
+            Counter({f: 0 for f in FLAGS}),
+            {},
+            diagnose.PhaseColumns.empty(),
+        )
 
     def add_calls(self, calls: Sequence[Call]) -> None:
         finals = [c.final for c in calls]
         ok = [f for f in finals if f.error is None]
-        self.finals.extend(finals)
         self.tally.call_count += len(calls)
         self.tally.error_count += len(finals) - len(ok)
         self.tally.retries += sum(c.retries for c in calls)
@@ -75,37 +87,72 @@ class _Rollup:
         self.retried_errors.update(_retried_errors(calls))
         self.flags.update(flag_counts(finals))
         self.tally.add_ratio(cache_ratio(ok))
-
-    def to_dict(
-        self,
-        key_fields: Mapping[str, str],
-        scope: str,
-        values: Iterable[Mapping[str, BucketCounts]],
-        diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] | None = None,
-    ) -> dict[str, Any]:
-        """`values`: the per-metric counts of every key set of calls this rollup covers.
-        `diagnosed` remembers findings by call set: a model served by one endpoint has the same
-        calls in its `model=` and its `model=,endpoint=` rollups, diagnosed once."""
-        parts = list(values)
-        metrics: dict[str, MetricBlock] = {}
+        self.phases.add(ok)
+        # The values of the successful calls only (hand-recorded values carry no model).
         for metric in POOLED_METRICS:
-            counted = [p[metric] for p in parts if metric in p and p[metric].count]
-            if counted:
-                metrics[metric] = HdrPool.of(counted).block(metric)
-        out = rollup_dict(
-            key_fields, self.tally, self.errors, self.retried_errors, self.flags, metrics
-        )
-        # Findings over the pooled calls (prefill/decode, cache health, consumer-bound); the
-        # per-sample checks (serial calls, budgets) stay per test.
-        memo = {} if diagnosed is None else diagnosed
-        signature = tuple(id(f) for f in self.finals)  # the calls outlive the build
-        found = memo.get(signature)
-        if found is None:
-            found = memo[signature] = diagnose.diagnose_calls(self.finals)
-        out["findings"] = json_safe(
-            [diagnose.Finding(f.kind, f.message, f.evidence, scope=scope).to_dict() for f in found]
-        )
-        return out
+            values = call_values(ok, metric)
+            if values:
+                record_values(values, (self.counts.setdefault(metric, BucketCounts()),))
+
+    def add(self, other: _Part) -> None:
+        tally, more = self.tally, other.tally
+        tally.call_count += more.call_count
+        tally.error_count += more.error_count
+        tally.retries += more.retries
+        tally.calls_reporting_cache += more.calls_reporting_cache
+        tally.cache_read += more.cache_read
+        tally.cache_input += more.cache_input
+        self.errors.update(other.errors)
+        self.retried_errors.update(other.retried_errors)
+        self.flags.update(other.flags)
+        for metric, counts in other.counts.items():
+            self.counts.setdefault(metric, BucketCounts()).add(counts)
+        # Sorted once per part: a group's concatenation of sorted columns sorts in a few merges.
+        other.phases.sort()
+        self.phases.extend(other.phases)
+
+
+@dataclass(slots=True)
+class _Group:
+    """A rollup as the run goes: its key fields, how many tests had a call in it, and its
+    calls' final attempts in the order they ran (its findings are diagnosed over them)."""
+
+    fields: dict[str, str]
+    tests: int = 0
+    finals: list[CallMetrics] = field(default_factory=list)
+
+
+def _rollup_dict(
+    group: _Group,
+    parts: Iterable[_Part],
+    scope: str,
+    diagnosed: dict[tuple[int, ...], list[diagnose.Finding]],
+) -> dict[str, Any]:
+    """A group's (or the session's) block from the parts it covers. `diagnosed` remembers
+    findings by call set: a model served by one endpoint has the same calls in its `model=` and
+    its `model=,endpoint=` rollups, diagnosed once."""
+    total = _Part.empty()
+    for part in parts:
+        total.add(part)
+    total.tally.tests = group.tests
+    metrics: dict[str, MetricBlock] = {}
+    for metric in POOLED_METRICS:
+        counts = total.counts.get(metric)
+        if counts is not None and counts.count:
+            metrics[metric] = HdrPool.of((counts,)).block(metric)
+    out = rollup_dict(
+        group.fields, total.tally, total.errors, total.retried_errors, total.flags, metrics
+    )
+    # Findings over the pooled calls (prefill/decode, cache health, consumer-bound); the
+    # per-sample checks (serial calls, budgets) stay per test.
+    signature = tuple(id(f) for f in group.finals)  # the calls outlive the build
+    found = diagnosed.get(signature)
+    if found is None:
+        found = diagnosed[signature] = diagnose.diagnose_calls(group.finals, phases=total.phases)
+    out["findings"] = json_safe(
+        [diagnose.Finding(f.kind, f.message, f.evidence, scope=scope).to_dict() for f in found]
+    )
+    return out
 
 
 def _retried_errors(calls: Sequence[Call]) -> Counter[str]:
@@ -136,23 +183,8 @@ def test_blocks(test: TestData) -> dict[str, Any]:
     }
 
 
-def _count_rollups(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -> None:
-    """Count the test's successful calls' values into `by_keys` (per key set of the calls, per
-    metric) for the group and session rollups; hand-recorded values stay out of them."""
-    ok_by_keys: dict[_Keys, list[CallMetrics]] = {}
-    for final in test.pool.ok:
-        ok_by_keys.setdefault(tuple(k for k, _ in _group_keys(final)), []).append(final)
-    for keys, subset in ok_by_keys.items():
-        into = by_keys.setdefault(keys, {})
-        for metric in POOLED_METRICS:
-            part = call_values(subset, metric)
-            if part:
-                record_values(part, (into.setdefault(metric, BucketCounts()),))
-
-
-def _test_entry(test: TestData, by_keys: dict[_Keys, dict[str, BucketCounts]]) -> dict[str, Any]:
-    """The test's entry; its calls' values are also counted into `by_keys` for the rollups."""
-    _count_rollups(test, by_keys)
+def _test_entry(test: TestData) -> dict[str, Any]:
+    """The test's entry in the result file."""
     pool = test.pool
     blocks = test.blocks if test.blocks is not None else test_blocks(test)
     findings = test.findings
@@ -311,6 +343,96 @@ def _group_keys(call: CallMetrics) -> tuple[tuple[str, dict[str, str]], ...]:
     )
 
 
+class ResultBuilder:
+    """The result file, built as the run goes: each test's entry and its calls' share of the
+    group and session rollups are made when its record arrives (`add`), so what is left for the
+    end of a session (`result`) is adding up a few parts per rollup and diagnosing the groups.
+
+    Every call is added once, to the part of its key set (its model on its endpoint); a group
+    and the session add up the parts they cover."""
+
+    def __init__(self) -> None:
+        self._entries: list[dict[str, Any]] = []
+        self._pools: list[Pool] = []  # each entry's pool: a record replaced must keep it
+        self._parts: dict[_Keys, _Part] = {}
+        self._groups: dict[str, _Group] = {}
+        self._session = _Group({})
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, test: TestData) -> None:
+        """A test's entry, and its kept calls counted into the rollups."""
+        self._entries.append(_test_entry(test))
+        self._pools.append(test.pool)
+        calls = test.pool.calls
+        self._session.tests += 1
+        self._session.finals.extend(c.final for c in calls)
+        by_keys: dict[_Keys, list[Call]] = {}
+        touched: set[str] = set()
+        for call in calls:
+            final = call.final
+            group_keys = _group_keys(final)
+            keys = tuple(k for k, _ in group_keys)
+            by_keys.setdefault(keys, []).append(call)
+            for key, fields in group_keys:
+                group = self._groups.get(key)
+                if group is None:
+                    group = self._groups[key] = _Group(fields)
+                group.finals.append(final)
+                touched.add(key)
+        for key in touched:
+            self._groups[key].tests += 1
+        for keys, subset in by_keys.items():
+            part = self._parts.get(keys)
+            if part is None:
+                part = self._parts[keys] = _Part.empty()
+            part.add_calls(subset)
+
+    def replace(self, index: int, test: TestData) -> None:
+        """The record at `index` again, with what its teardown added: calls outside any
+        sample, which change its entry's counts but not its pool, so not the rollups."""
+        if test.pool is not self._pools[index]:
+            raise ValueError(f"{test.nodeid}: a replaced record must keep its pool")
+        self._entries[index] = _test_entry(test)
+
+    def result(
+        self,
+        *,
+        run: Mapping[str, Any],
+        session_budgets: Sequence[Judgement] = (),
+        partial: bool = False,
+    ) -> dict[str, Any]:
+        """The result file of what was added so far (docs/result-schema.md); the builder is
+        left as it was, so it can be asked again (`partial` after an interrupt)."""
+        diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
+        result: dict[str, Any] = {
+            "schema": SCHEMA,
+            "run": {
+                "started": run.get("started"),
+                "duration_s": run.get("duration_s"),
+                "partial": partial,
+                "versions": dict(run.get("versions", {})),
+                "git": run.get("git"),
+                "shards": 1,
+            },
+            "metrics_info": metrics_info(),
+            "tests": list(self._entries),
+            "groups": {
+                key: _rollup_dict(
+                    group, (p for ks, p in self._parts.items() if key in ks), key, diagnosed
+                )
+                for key, group in sorted(self._groups.items())
+            },
+            "session": {
+                **_rollup_dict(self._session, self._parts.values(), "session", diagnosed),
+                "budgets": [budget_entry(j) for j in session_budgets],
+            },
+        }
+        result["summary"] = verdict_counts(result)
+        return result
+
+
 def build_result(
     tests: Sequence[TestData],
     *,
@@ -322,52 +444,9 @@ def build_result(
 
     `run` is `{"started", "duration_s", "versions", "git"}`. Metric scope follows the pools:
     kept samples, successful calls. Each test keeps its findings and gets its what-ifs; each
-    group and the session get findings over their pooled calls.
-    """
-    entries: list[dict[str, Any]] = []
-    everything = _Rollup.empty()
-    groups: dict[str, tuple[dict[str, str], _Rollup]] = {}
-    # Every value is counted once (per test block and per key set of its call, in one pass);
-    # a rollup adds up the few key sets it covers instead of re-recording its values.
-    by_keys: dict[_Keys, dict[str, BucketCounts]] = {}
+    group and the session get findings over their pooled calls. The plugin builds the same
+    thing test by test (`ResultBuilder`)."""
+    builder = ResultBuilder()
     for test in tests:
-        calls = test.pool.calls
-        entries.append(_test_entry(test, by_keys))
-        everything.add_calls(calls)
-        everything.tally.tests += 1
-        by_key: dict[str, list[Call]] = {}
-        for call in calls:
-            for key, fields in _group_keys(call.final):
-                if key not in groups:
-                    groups[key] = (fields, _Rollup.empty())
-                by_key.setdefault(key, []).append(call)
-        for key, group_calls in by_key.items():
-            rollup = groups[key][1]
-            rollup.add_calls(group_calls)
-            rollup.tally.tests += 1
-    diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
-    result: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run": {
-            "started": run.get("started"),
-            "duration_s": run.get("duration_s"),
-            "partial": partial,
-            "versions": dict(run.get("versions", {})),
-            "git": run.get("git"),
-            "shards": 1,
-        },
-        "metrics_info": metrics_info(),
-        "tests": entries,
-        "groups": {
-            key: rollup.to_dict(
-                fields, key, (v for ks, v in by_keys.items() if key in ks), diagnosed
-            )
-            for key, (fields, rollup) in sorted(groups.items())
-        },
-        "session": {
-            **everything.to_dict({}, "session", by_keys.values()),
-            "budgets": [budget_entry(j) for j in session_budgets],
-        },
-    }
-    result["summary"] = verdict_counts(result)
-    return result
+        builder.add(test)
+    return builder.result(run=run, session_budgets=session_budgets, partial=partial)
