@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pools", "recording", "capture"),
     ("calls", "budgets", "policies"),
     ("metrics", "attribution"),
-    ("wire", "catalogue", "stats", "units", "histogram", "sim"),
+    ("wire", "untrusted", "catalogue", "stats", "units", "histogram", "sim"),
 )
 LAYER_OF = {name: index for index, layer in enumerate(LAYERS) for name in layer}
 EXTRA: dict[str, set[str]] = {"__init__": {"budgets", "calls", "capture", "metrics", "recording"}}

@@ -115,6 +115,11 @@ def test_markdown_summary(result: dict[str, Any]) -> None:
         ("`code`", "\\`code\\`"),
         ("two\nlines", "two lines"),
         ("a & b", "a &amp; b"),
+        # GitHub mentions, references and autolinks are defused with a zero-width space.
+        ("@octocat and @github/security", "@\u200boctocat and @\u200bgithub/security"),
+        ("test[#12]", "test\\[\\#\u200b12\\]"),
+        ("https://x.io www.y.org", "https:\u200b//x.io www.\u200by.org"),
+        ("&#64;octocat", "&amp;\\#\u200b64;octocat"),  # an entity stays text
     ],
 )
 def test_markdown_escape(raw: str, escaped: str) -> None:

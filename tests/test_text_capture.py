@@ -122,6 +122,10 @@ def test_capture_text_keeps_at_most_n_characters(pytester: pytest.Pytester, limi
     prompt = _printed(out, "PROMPT ")
     output = _printed(out, "OUTPUT ")
     assert 0 < len(prompt) <= limit and 0 < len(output) <= limit
+    # What --help promises (issue #15, item 15): on the call record, never in the result file.
+    assert prompt not in written and output not in written
+    help_text = " ".join(pytester.runpytest("--help").stdout.str().split())
+    assert "never in the result file or the reports" in help_text
     if limit == 12:
         assert len(prompt) == 12 and prompt == "user: The se"
     else:

@@ -160,9 +160,7 @@ class Recording:
             raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
         if spec.scope is Scope.AGGREGATE:
             raise ValueError(f"{metric!r} is computed over calls and cannot be recorded by hand")
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(f"latency.record({metric!r}, {value!r}): not a finite number")
+        number = _finite(metric, value)
         sample = self.sample if self.sample != OUTSIDE else max(self.samples_run - 1, 0)
         self.manual.append(ManualValue(sample, self.warmup, metric, number))
 
@@ -236,7 +234,7 @@ class LatencyRecorder:
         if scale is None:
             raise ValueError(f"unknown unit {unit!r}; valid: {', '.join(_TIME_UNITS)}")
         if METRICS.get(metric) and METRICS[metric].dimension is Dimension.TIME:
-            value = value * scale
+            value = _finite(metric, value) * scale  # 1e306 s is finite; in µs it is not
         self._recording.record_value(metric, value)
 
     @contextlib.contextmanager
@@ -256,6 +254,26 @@ class LatencyRecorder:
             yield
         finally:
             self._recording.record_value(metric, (time.perf_counter_ns() - start) / 1000)
+
+
+def _finite(metric: str, value: object) -> float:
+    """`value` as a finite float, or a ValueError naming the call: NaN, infinities and numbers
+    too large for a float would poison every statistic of the test (and once ended the run)."""
+    try:
+        # A number, not text that parses as one: "12" is a bug in the caller's test.
+        number = math.nan if isinstance(value, str | bytes) else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"latency.record({metric!r}, {_short_repr(value)}): not a finite number")
+    return number
+
+
+def _short_repr(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"<int of {value.bit_length()} bits>"  # repr() of a huge int is slow or refused
+    text = repr(value)
+    return text if len(text) < 60 else text[:57] + "..."
 
 
 _TIME_UNITS = {"s": 1e6, "ms": 1e3, "us": 1.0, "µs": 1.0, "ns": 1e-3}

@@ -116,6 +116,12 @@ class Expectation:
         stat = f".{self.stat}" if self.stat else ""
         return f"{self.metric}{filters}{stat}"
 
+    @property
+    def meaning(self) -> tuple[str, str, float]:
+        """What makes two budgets the same budget whatever their spelling or unit: 'ttft.p95 <
+        400ms' and 'ttft.p95<0.4s' are one (a test or rule may not give it twice)."""
+        return (self.label, self.op, self.threshold)
+
     def holds(self, value: float) -> bool:
         """Whether an observed statistic (in base units) meets the budget."""
         return _compare(value, self.op, self.threshold)

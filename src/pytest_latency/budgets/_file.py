@@ -131,6 +131,11 @@ def parse_budget_file(text: str, *, path: str) -> BudgetFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(exc, text, path) from exc
+    except RecursionError:
+        # tomllib recurses once per nesting level of arrays and inline tables.
+        raise BudgetError(
+            "invalid TOML: arrays or inline tables nested too deeply to read", source=path
+        ) from None
     return _FileReader(text, path).read(data)
 
 
@@ -270,8 +275,7 @@ class _FileReader:
         seen: dict[tuple[str, str, float], tuple[Expectation, _Path]] = {}
         for item, item_at in items:
             expectation = parse_expectation(item, source=self.where(item_at))
-            key = (expectation.label, expectation.op, expectation.threshold)
-            previous, first = seen.setdefault(key, (expectation, item_at))
+            previous, first = seen.setdefault(expectation.meaning, (expectation, item_at))
             if first != item_at:
                 self.fail(
                     f"'expect' of this {what} gives the same budget twice: "

@@ -10,8 +10,8 @@ until then, and then by name (`importlib`), so a missing legacy httpx costs noth
 
 What is not about httpx's objects (stamping, read-ahead, the loop monitor) is in `_stream`.
 
-May import `wire`, `attribution` and `capture._stream`; never pytest, the SDKs, or another
-binding. httpx2 and httpx only through `importlib`, when a wrapper for them is asked for.
+May import `wire`, `untrusted`, `attribution` and `capture._stream`; never pytest, the SDKs, or
+another binding. httpx2 and httpx only through `importlib`, when a wrapper for them is asked for.
 """
 
 from __future__ import annotations
@@ -20,13 +20,21 @@ import functools
 import importlib
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    MutableMapping,
+)
 from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar, cast
 
 from pytest_latency.attribution import Sink, route
 from pytest_latency.capture import _stream
 from pytest_latency.capture._stream import Clock
+from pytest_latency.untrusted import header_secrets
 from pytest_latency.wire import WireRecord
 
 LIBRARIES = ("httpx2", "httpx")
@@ -51,6 +59,7 @@ class _URL(Protocol):
 
 class _Headers(Protocol):
     def get(self, key: str, default: str) -> str: ...
+    def values(self) -> Iterable[str]: ...
 
 
 class Request(Protocol):
@@ -225,7 +234,7 @@ class LatencyTransport(_Wrapper[SyncTransport]):
         try:
             response = self.inner.handle_request(request)
         except Exception as exc:
-            _stream.note_error(record, exc, clock)
+            _stream.note_error(record, exc, clock, header_secrets(request.headers.values()))
             raise
         if not _note_response(record, response, clock):
             stream = self.read_ahead_stream if self._read_ahead else self.timed_stream
@@ -251,7 +260,7 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         try:
             response = await self.inner.handle_async_request(request)
         except BaseException as exc:
-            _stream.note_error(record, exc, clock)
+            _stream.note_error(record, exc, clock, header_secrets(request.headers.values()))
             raise
         if not _note_response(record, response, clock):
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream

@@ -19,7 +19,8 @@ capture, because a loop is shared by every client and transport on it (auto-capt
 wrapper per request) and nothing else they all own outlives a request. An entry dies with its
 loop, holds no reference to the loop or a test, and holds records only while they are in flight.
 
-May import `wire`; never an HTTP library (httpx2, httpx, aiohttp), a binding, pytest or the SDKs.
+May import `wire` and `untrusted`; never an HTTP library (httpx2, httpx, aiohttp), a binding, pytest
+or the SDKs.
 """
 
 from __future__ import annotations
@@ -32,8 +33,16 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 
+from pytest_latency.untrusted import safe_text
 from pytest_latency.wire import LoopLag, WireRecord
 
 Clock = Callable[[], int]
@@ -99,10 +108,15 @@ def note_prefetched(record: WireRecord, body: bytes, clock: Clock) -> None:
     record.t_eof_ns = now
 
 
-def note_error(record: WireRecord, exc: BaseException, clock: Clock) -> None:
+def note_error(
+    record: WireRecord, exc: BaseException, clock: Clock, secrets: Sequence[str] = ()
+) -> None:
+    """The attempt failed with `exc`. Its message is kept as one line with `secrets` (the
+    request's header values, where the caller has them) and key-shaped strings redacted: h11
+    quotes an illegal header value, API key included, in its exception."""
     if record.error is None:
         record.error = type(exc).__name__
-        record.error_message = str(exc)[:500]
+        record.error_message = safe_text(str(exc), 500, secrets)
     if record.t_closed_ns is None:
         record.t_closed_ns = clock()
 

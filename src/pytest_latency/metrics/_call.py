@@ -1,9 +1,10 @@
 """Per-call metrics: one `WireRecord` in, one `CallMetrics` out.
 
-Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds
-a call can end with, the incomplete/opaque/consumer-bound/client-saturated flags and the plain-data
+Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds a
+call can end with, the incomplete/opaque/consumer-bound/client-saturated flags and the plain-data
 form that travels on test reports. Pure and deterministic; may import only the stdlib,
-`pytest_latency.wire` and its sibling private modules (never pytest, never httpx).
+`pytest_latency.wire`, `pytest_latency.untrusted` and its sibling private modules (never pytest,
+never httpx).
 See docs/metrics.md.
 """
 
@@ -27,6 +28,7 @@ from pytest_latency.metrics._fingerprint import (
 from pytest_latency.metrics._scan import json_object as _json_object
 from pytest_latency.metrics._scan import scan_body, scan_error
 from pytest_latency.metrics.apis import REASONING, UNKNOWN
+from pytest_latency.untrusted import safe_token
 from pytest_latency.wire import LoopLag, WireRecord
 
 # Consumer-bound detector (sdk-findings §3.5): a read that returned in under 0.3 ms after the
@@ -199,7 +201,31 @@ def _empty_values() -> dict[str, object]:
 
 def call_metrics(record: WireRecord) -> CallMetrics:
     """Compute the metrics of one recorded attempt. Never raises on malformed input: what cannot
-    be read is absent and said so in `notes`."""
+    be read is absent and said so in `notes`. Should a bug in the parsing still raise, the call
+    is kept as an error (`metrics_error`, the exception's type as its detail): one call's bytes
+    must not end the run or lose what every other call measured."""
+    try:
+        return _call_metrics(record)
+    except Exception as exc:  # the promise above; the type names the bug
+        endpoint, host = _split_url(record.url)
+        values = dict(_empty_values())
+        values.update(
+            api=UNKNOWN,
+            endpoint=endpoint,
+            host=host,
+            status=record.status,
+            attempt=record.attempt,
+            error="metrics_error",
+            # The type only: an exception's text may quote the body or a header.
+            error_detail=type(exc).__name__,
+            t_start_ns=record.t_start_ns,
+            t_end_ns=_t_end(record),
+            notes=(f"metrics_error: the response could not be parsed ({type(exc).__name__})",),
+        )
+        return CallMetrics(**values)  # type: ignore[arg-type]
+
+
+def _call_metrics(record: WireRecord) -> CallMetrics:
     t0 = record.t_start_ns
     endpoint, host = _split_url(record.url)
     payload = _json_object(record.request_body)
@@ -247,7 +273,7 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         channels.extend(c for c in chs if c not in channels)
     return CallMetrics(
         api=scan.api,
-        model=model if model is not None else scan.model,
+        model=_model_name(model if model is not None else scan.model),
         endpoint=endpoint,
         host=host,
         stream=asked_stream or scan.streamed,
@@ -292,6 +318,12 @@ def call_metrics(record: WireRecord) -> CallMetrics:
         prompt_text=prompt_text(payload)[:limit] if limit > 0 and payload is not None else None,
         output_text="".join(output_pieces)[:limit] if limit > 0 else None,
     )
+
+
+def _model_name(name: str | None) -> str | None:
+    """A model name as kept and shown: the server's (or the request's) string as one printable
+    word without secrets; None stays None."""
+    return None if name is None else safe_token(name, 120) or None
 
 
 def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> float | None:

@@ -1,12 +1,12 @@
 """The per-call body scan: what a decoded response body says, whatever its API.
 
 Owns the steps between a decoded body and the numbers `_call` assembles: which API the call spoke
-(its path, then its payloads' shape, through `apis`), whether the body is a stream, one JSON
-object or neither, the walk over its events in arrival order (content events with their stamps
-and reads, usage, the model, the first provider error, the end marker, notes, output text), and
-the error kind the call ends with. It knows no API's shapes: every question about a payload goes
-to the call's adapter. May import only the stdlib, `pytest_latency.wire` and its sibling metrics
-modules.
+(its path, then its payloads' shape, through `apis`), whether the body is a stream, one JSON object
+or neither, the walk over its events in arrival order (content events with their stamps and reads,
+usage, the model, the first provider error, the end marker, notes, output text), and the error kind
+the call ends with. It knows no API's shapes: every question about a payload goes to the call's
+adapter. May import only the stdlib, `pytest_latency.wire`, `pytest_latency.untrusted` and its
+sibling metrics modules.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from pytest_latency.metrics._fingerprint import OutputText
 from pytest_latency.metrics._sse import SseEvent, SseParser
 from pytest_latency.metrics._usage import UsageTracker
 from pytest_latency.metrics.apis import Classified, WireApi
+from pytest_latency.untrusted import safe_text, safe_token
 from pytest_latency.wire import WireRecord
+
+MAX_NOTES = 20
+MAX_NOTE_CHARS = 300
+MAX_ERROR_DETAIL_CHARS = 500
 
 
 @dataclass(slots=True)
@@ -47,8 +52,12 @@ class Scan:
         return self.adapter.NAME
 
     def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
+        # Notes quote the server (a delta type, a reason): one printable line each, and a
+        # bounded number of them, whatever a hostile stream sends.
+        text = safe_text(text, MAX_NOTE_CHARS)
+        if text in self.notes or len(self.notes) > MAX_NOTES:
+            return
+        self.notes.append(text if len(self.notes) < MAX_NOTES else "more notes dropped")
 
 
 def json_object(data: bytes | str) -> dict[str, Any] | None:
@@ -180,13 +189,24 @@ def _scan_json(scan: Scan, data: bytes) -> None:
 
 def scan_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None]:
     """The first cause wins: the server's status, then its error event, then the transport."""
+    kind, detail = _first_error(record, scan)
+    if kind is None:
+        return None, None
+    # Both may quote the server or an exception: one printable line, no secrets (issue #15).
+    return kind, None if detail is None else safe_text(detail, MAX_ERROR_DETAIL_CHARS)
+
+
+def _first_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None]:
+    server_kind = None if scan.error is None else safe_token(scan.error)
     if record.status is not None and record.status >= 400:
-        return f"http_{record.status}", scan.error
-    if scan.error is not None:
+        return f"http_{record.status}", server_kind
+    if server_kind is not None:
         prefix = "sse_error" if scan.streamed else "body_error"
-        return f"{prefix}:{scan.error}", scan.error_message
+        return f"{prefix}:{server_kind}", scan.error_message
     if record.error is not None:
-        return record.error, record.error_message
+        return safe_token(record.error), record.error_message
+    if scan.usage is not None and scan.usage.rejected is not None:
+        return "bad_usage", f"usage dropped: {scan.usage.rejected}"
     if (
         scan.streamed
         and scan.adapter is not apis.UNKNOWN_API

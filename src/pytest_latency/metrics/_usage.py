@@ -60,25 +60,51 @@ class UsageFields:
 NO_FIELDS = UsageFields()
 
 
+# No model's context window or output comes near a billion tokens; a larger count (or a
+# negative one) is a server or proxy bug, and taken at face value it would overflow the float
+# arithmetic of tpot and the cache ratio (a 10^400 count raised OverflowError and ended a run).
+MAX_TOKEN_COUNT = 10**9
+
+
+class UsageOutOfRange(ValueError):
+    """A usage field held an integer no token count can be (negative, or past MAX_TOKEN_COUNT)."""
+
+
 def count(value: object) -> int | None:
-    """A token count as sent, or None: bools, floats, strings and negatives are not counts."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
+    """A token count as sent, or None when the field holds no count (absent, a bool, a float, a
+    string). Raises `UsageOutOfRange` for an integer out of any sane range."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value <= MAX_TOKEN_COUNT:
+            return value
+        # Never format the value itself: a 4,000-digit int is its own denial of service.
+        shown = (
+            str(value)
+            if value.bit_length() < 64
+            else f"{'-' if value < 0 else ''}~2^{value.bit_length()}"
+        )
+        raise UsageOutOfRange(f"token count {shown} out of range (0..{MAX_TOKEN_COUNT:,})")
     return None
 
 
 class UsageTracker:
     """Collects the usage objects of one call, in stream order, through its API's adapter."""
 
-    __slots__ = ("_api", "_fields")
+    __slots__ = ("_api", "_fields", "rejected")
 
     def __init__(self, api: WireApi) -> None:
         self._api = api
         self._fields = NO_FIELDS
+        # Why a usage object was dropped (the first one only): the call records a protocol
+        # error; the counts read before it stand.
+        self.rejected: str | None = None
 
     def update(self, usage: object) -> None:
         if isinstance(usage, dict):
-            self._fields = self._api.read_usage(usage, self._fields)
+            try:
+                self._fields = self._api.read_usage(usage, self._fields)
+            except UsageOutOfRange as exc:
+                if self.rejected is None:
+                    self.rejected = str(exc)
 
     def result(self) -> Usage:
         return self._api.normalise_usage(self._fields)

@@ -69,7 +69,16 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
                 f"{source}: unknown keyword argument(s) {', '.join(sorted(unknown))}; "
                 f"valid: {', '.join(_MARKER_KWARGS)}"
             )
-        own.extend(parse_expectation(arg, source=source) for arg in marker.args)
+        for arg in marker.args:
+            expectation = parse_expectation(arg, source=source)
+            # The file's rule: the same budget by meaning twice is a mistake, not a stricter one.
+            same = next((e for e in own if e.meaning == expectation.meaning), None)
+            if same is not None:
+                raise BudgetError(
+                    f"{source}: gives the same budget twice: {same.text!r} and "
+                    f"{expectation.text!r}; remove one"
+                )
+            own.append(expectation)
         for name in _MARKER_KWARGS:
             if name in marker.kwargs and name not in sampling:
                 minimum = 0 if name == "warmup" else 1
@@ -87,10 +96,12 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
 
 
 def _count(value: object, name: str, minimum: int, source: str) -> int:
-    from pytest_latency.budgets import BudgetError
+    from pytest_latency.budgets import MAX_SAMPLES, BudgetError
 
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise BudgetError(f"{source}: {name}={value!r} must be an integer >= {minimum}")
+    if value > MAX_SAMPLES:  # the file's limit: a typo of 10**9 samples would run for ever
+        raise BudgetError(f"{source}: {name}={value} is over the limit of {MAX_SAMPLES:,}")
     return value
 
 

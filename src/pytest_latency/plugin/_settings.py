@@ -53,8 +53,9 @@ FLAGGED_DESC = (
     "timing pools (they stay in counts and reports), 'fail' fails a budgeted test that has any"
 )
 CAPTURE_TEXT_DESC = (
-    "Keep up to N characters of each call's prompt and output text in the per-test data and the "
-    "result file, for debugging (default 0: never; only sizes and hashes are kept)"
+    "Keep up to N characters of each call's prompt and output text on its call record "
+    "(latency.calls, and the per-test data on the test report; never in the result file or "
+    "the reports), for debugging (default 0: never; only sizes and hashes are kept)"
 )
 MARKER_DESC = (
     "latency(*expectations, samples=1, warmup=0, max_samples=None): judge the LLM calls of this "

@@ -10,6 +10,7 @@ May import `results` and its siblings `_format` and `_diagnosis`; never jinja2.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,10 +30,19 @@ MAX_MESSAGE = 180
 _MARKDOWN_SPECIAL = "\\`*_{}[]()#+!|~<>"
 
 
+# GitHub turns `@name`, `#123`, `https://…` and `www.…` into mentions, references and links
+# after rendering, so a backslash does not stop them; a zero-width space after the trigger does
+# (renovate and dependabot do the same), and the text still reads the same.
+_ZWSP = "\u200b"
+_GITHUB_TRIGGERS = re.compile(r"(@)|(#)(?=\d)|(?i:\b(https?|ftp|file)(:)(?=//))|(?i:\b(www)(\.))")
+
+
 def escape(text: str) -> str:
     """Plain text safe in a Markdown table cell: HTML-escaped, then Markdown punctuation
-    backslash-escaped, newlines flattened."""
+    backslash-escaped, newlines flattened, and GitHub's mentions, issue references and
+    autolinks defused (a PR comment must not notify `@octocat` because a test id says so)."""
     out = html.escape(" ".join(str(text).split()), quote=False)
+    out = _GITHUB_TRIGGERS.sub(lambda m: m.group(0) + _ZWSP, out)
     return "".join("\\" + ch if ch in _MARKDOWN_SPECIAL else ch for ch in out)
 
 
