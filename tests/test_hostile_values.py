@@ -356,3 +356,37 @@ def test_a_marker_has_the_limits_the_budgets_file_has(
     output = result.stdout.str() + result.stderr.str()
     assert message in output, output[-2000:]
     assert "INTERNALERROR" not in output
+
+
+# ---- issue #14, item 2: a long consumer absence before the first content event flags --------
+
+
+def _chat_reads(gaps_ms: list[float], waits_ms: list[float]) -> WireRecord:
+    """A Chat stream of role, two content deltas, usage and [DONE], one event a read: the
+    consumer comes back `gaps_ms[i]` after read i-1 arrived and waits `waits_ms[i]` for it."""
+    body = _chat({"prompt_tokens": 5, "completion_tokens": 2})
+    role = _sse((None, {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
+    pieces = [role] + [p + b"\n\n" for p in body.split(b"\n\n") if p]
+    record = WireRecord("POST", "http://h/v1/chat/completions", b'{"stream": true}', t_start_ns=0)
+    record.t_headers_ns, record.status, record.content_type = 5_000_000, 200, "text/event-stream"
+    previous = record.t_headers_ns
+    for i, piece in enumerate(pieces):
+        asked = previous + int(gaps_ms[i] * 1e6) if i < len(gaps_ms) else previous + 100_000
+        arrived = asked + (int(waits_ms[i] * 1e6) if i < len(waits_ms) else 10_000)
+        record.reads.append((asked, arrived, piece))
+        previous = arrived
+    record.t_eof_ns = record.t_closed_ns = previous + 100_000
+    return record
+
+
+def test_the_first_content_event_found_buffered_after_the_consumer_was_away_flags() -> None:
+    # The SDK's first-use work: 400 ms away after the role chunk, and the delta was already there.
+    late = call_metrics(_chat_reads([0.1, 400.0], [2.0, 0.01]))
+    assert late.consumer_bound and late.error is None
+    # The same absence while the server had not sent the delta yet: the read waited, the stamp
+    # is the delta's arrival.
+    waited = call_metrics(_chat_reads([0.1, 400.0], [2.0, 30.0]))
+    assert not waited.consumer_bound
+    # A prompt consumer: nothing to flag.
+    prompt = call_metrics(_chat_reads([0.1, 0.2], [2.0, 5.0]))
+    assert not prompt.consumer_bound

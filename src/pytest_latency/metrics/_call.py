@@ -40,6 +40,11 @@ CONSUMER_AWAY_NS = 1_000_000
 # two flags are usually the tail events buffered behind the last token.
 CONSUMER_BOUND_FRACTION = 0.10
 CONSUMER_BOUND_MIN = 2
+# Before the first content event, absence adds up: its stamp is ttft. The first call of a
+# process through `responses.stream()` spends ~400 ms building the SDK's pydantic models after
+# `response.created`, and the delta that had arrived meanwhile was stamped when the SDK asked
+# (ttft 416 ms against 16 ms; issue #14, item 2). Longer than a scheduler's delay on a busy box.
+FIRST_CONTENT_AWAY_NS = 20_000_000
 # Client saturation (docs/metrics.md, "Client saturation"): an async call is flagged when its event
 # loop woke up more than this late from a 10 ms sleep while the call was in flight. A chunk that
 # arrives while the loop is busy is stamped when the loop gets to it, so this bounds how far the
@@ -300,8 +305,11 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         # openai SDK's sync Stream stops at [DONE] and closes without reading to EOF).
         incomplete=record.t_eof_ns is None and not scan.terminal,
         opaque=body.opaque is not None,
-        consumer_bound=flagged >= CONSUMER_BOUND_MIN
-        and flagged > CONSUMER_BOUND_FRACTION * len(reads_with_content),
+        consumer_bound=(
+            flagged >= CONSUMER_BOUND_MIN
+            and flagged > CONSUMER_BOUND_FRACTION * len(reads_with_content)
+        )
+        or (paced_by_consumer and _first_content_late(record, reads_with_content)),
         consumer_bound_chunks=flagged,
         t_start_ns=t0,
         t_end_ns=t_end,
@@ -370,6 +378,25 @@ def _consumer_bound_chunks(record: WireRecord, reads: list[int]) -> int:
         if arrived - asked < CONSUMER_WAIT_NS and asked - previous > CONSUMER_AWAY_NS:
             flagged += 1
     return flagged
+
+
+def _first_content_late(record: WireRecord, reads: list[int]) -> bool:
+    """Whether the first content event's stamp is the consumer's pace: the read that brought
+    it found it already buffered, and before asking for it the consumer had been away (between
+    the headers and that read, summed over the reads) longer than FIRST_CONTENT_AWAY_NS. Had
+    the event not been there yet, the read would have waited for it and stamped its arrival."""
+    if not reads or record.t_headers_ns is None:
+        return False
+    first = reads[0]
+    asked, arrived, _ = record.reads[first]
+    if arrived - asked >= CONSUMER_WAIT_NS:
+        return False
+    away = 0
+    previous = record.t_headers_ns
+    for asked, arrived, _ in record.reads[: first + 1]:
+        away += max(asked - previous, 0)
+        previous = arrived
+    return away > FIRST_CONTENT_AWAY_NS
 
 
 def _t_end(record: WireRecord) -> int:
