@@ -240,7 +240,7 @@ def _inflate(deflated: bytes) -> tuple[bytes, _Layout | None]:
     body = inflater.decompress(inflater.unconsumed_tail, length)
     # The stream must end with the counts (as every HdrHistogram writes it): one more byte of
     # output, or a stream that does not end and check its sum, is a damaged blob.
-    extra = inflater.decompress(inflater.unconsumed_tail, 1) + inflater.flush(1)
+    extra = inflater.decompress(inflater.unconsumed_tail, 1)  # not flush(): it inflates it all
     if len(body) != length or extra or not inflater.eof:
         raise ValueError(f"payload length {length} does not match its counts")
     return head + body, layout
