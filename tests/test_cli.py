@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from latency_data import build, make_test, sample_tests
@@ -115,3 +116,146 @@ def test_a_bad_tolerance_is_a_usage_error(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert f"argument --tolerance: not a tolerance: '{tolerance}' ({reason}" in err, err
+
+
+def _damaged(tmp_path: Path, change: Any) -> Path:
+    data = json.loads(json.dumps(build(sample_tests())))
+    change(data)
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(data).replace('"__deep__"', "[" * 50_000 + "]" * 50_000))
+    return path
+
+
+def _set(*steps: Any, value: Any) -> Any:
+    def change(data: Any) -> None:
+        for step in steps[:-1]:
+            data = data[step]
+        data[steps[-1]] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        # The AttributeError tracebacks of issue #15, one per field it named.
+        (
+            _set("tests", 1, "metrics", value=[1]),
+            "tests[1].metrics: expected an object, got a list",
+        ),
+        (_set("tests", 0, "budgets", value={"x": 1}), "tests[0].budgets: expected a list"),
+        (_set("run", "versions", value="3.11"), "run.versions: expected an object, got a string"),
+        (_set("session", "budgets", value=7), "session.budgets: expected a list, got an integer"),
+        (_set("tests", 2, "cache_read_ratio", value=0.5), "tests[2].cache_read_ratio: expected"),
+        (_set("session", "cache_read_ratio", value=None), "session.cache_read_ratio: expected"),
+        # The RecursionError traceback: 50,000 levels deep.
+        (_set("tests", 0, "what_ifs", value="__deep__"), "not valid JSON: nested too deeply"),
+        (
+            _set(
+                "tests",
+                0,
+                "findings",
+                value=[{"kind": "x", "evidence": json.loads("[" * 40 + "]" * 40)}],
+            ),
+            "tests[0].findings[0].evidence: expected an object, got a list",
+        ),
+        # The garbage `hdr` merge passed through, and numbers no reader can use.
+        (
+            _set("tests", 0, "metrics", "ttft", "hdr", value="HISTFAAAgarbage"),
+            "tests[0].metrics.ttft.hdr: not an HdrHistogram V2 blob",
+        ),
+        (
+            _set("tests", 0, "metrics", "ttft", "count", value=-3),
+            "tests[0].metrics.ttft.count: count -3 out of range",
+        ),
+        (
+            _set("tests", 0, "metrics", "ttft", "p50", value=10**30),
+            "tests[0].metrics.ttft.p50: number out of range",
+        ),
+        (
+            _set("groups", "model=claude-sonnet-4-5", "call_count", value="9"),
+            "groups['model=claude-sonnet-4-5'].call_count: expected an integer",
+        ),
+        (
+            _set("tests", 0, "budgets", 0, "status", value="meh"),
+            "tests[0].budgets[0].status: expected one of pass, fail, inconclusive",
+        ),
+    ],
+)
+def test_a_damaged_file_is_one_line_naming_file_and_field_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, field: str
+) -> None:
+    bad = _damaged(tmp_path, change)
+    good = tmp_path / "good.json"
+    write_result(good, build(sample_tests()))
+    for argv in (
+        ["report", str(bad), "--markdown", str(tmp_path / "x.md")],
+        ["merge", str(good), str(bad), "-o", str(tmp_path / "x.json")],
+        ["compare", str(good), str(bad)],
+        ["compare", str(bad), str(good)],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"pytest-latency: error: {bad}: "), err
+        assert field in err, err
+    assert not (tmp_path / "x.json").exists()  # merge wrote nothing from a damaged shard
+
+
+def test_compare_reads_counts_no_list_could_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A count of 2^40 in a well-formed 44-byte blob: compared from the counts (it was an
+    instant MemoryError; 10^8 took 4 GB), with the regression found."""
+    import time
+    import tracemalloc
+    from collections import Counter
+
+    from pytest_latency import histogram
+
+    base = build([make_test("t.py::t", seed=1, samples=40)])
+    head = json.loads(json.dumps(base))
+    for result, index in ((base, 2000), (head, 2400)):
+        block = result["tests"][0]["metrics"]["ttft"]
+        block["hdr"] = histogram._encode(Counter({index: 2**40}))
+        block["count"] = 2**40
+    head["tests"][0]["metrics"]["ttft"]["p50"] *= 2
+    write_result(tmp_path / "base.json", base)
+    write_result(tmp_path / "head.json", head)
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        status = main(["compare", str(tmp_path / "base.json"), str(tmp_path / "head.json")])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 5
+    assert peak < 32 << 20, peak
+    assert status == 1 and "ttft" in capsys.readouterr().out
+
+
+def test_compare_p_values_are_those_of_the_values_the_histograms_hold() -> None:
+    """On small files, the p-value compare reports from the histograms equals the rank test on
+    the values the histograms hold, expanded."""
+    from pytest_latency import stats
+    from pytest_latency.histogram import LatencyHistogram
+    from pytest_latency.results import compare_results
+
+    base = build([make_test("t.py::t", seed=1, samples=12)])
+    head = build([make_test("t.py::t", seed=2, samples=12, ttft_ms=700)])
+    found = {
+        c.metric: c.p_value for c in compare_results(base, head).changes if c.nodeid == "t.py::t"
+    }
+    assert found
+    for metric, p_value in found.items():
+        expanded = [
+            [
+                v
+                for v, c in LatencyHistogram.decode(
+                    r["tests"][0]["metrics"][metric]["hdr"]
+                ).buckets()
+                for _ in range(c)
+            ]
+            for r in (head, base)
+        ]
+        assert p_value == stats.mann_whitney_u(*expanded, alternative="greater").p_value, metric

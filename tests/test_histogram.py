@@ -380,3 +380,66 @@ def test_merging_into_an_empty_histogram_keeps_the_minimum(lognormal_us: list[fl
     merged.merge(LatencyHistogram.decode(whole.encode()))
     assert merged.min == whole.min > 0
     assert (merged.max, merged.count) == (whole.max, whole.count)
+
+
+def _bomb_blob(inflated: int, claimed: int) -> str:
+    """Our layout's payload header claiming `claimed` bytes of counts, then `inflated` bytes of
+    zero counts, deflated (1 MB of zeros deflates to ~1 kB)."""
+    import struct
+    import zlib
+
+    header = struct.pack(">IIIIQQd", 0x1C849313, claimed, 0, 3, 1, HIGHEST_US, 1.0)
+    deflater = zlib.compressobj(9)
+    deflated = deflater.compress(header)
+    for _ in range(inflated >> 20):
+        deflated += deflater.compress(bytes(1 << 20))
+    deflated += deflater.flush()
+    outer = struct.pack(">II", 0x1C849314, len(deflated))
+    return base64.b64encode(outer + deflated).decode()
+
+
+@pytest.mark.parametrize(
+    ("claimed", "why"),
+    [
+        (200_000, "does not match its counts"),  # within the layout's room, inflates past it
+        ((64 << 20) + 40, "more than this layout's 211968"),  # honest about its 64 MB
+    ],
+)
+def test_a_zlib_bomb_is_refused_after_inflating_what_a_real_blob_holds(
+    claimed: int, why: str
+) -> None:
+    import time
+    import tracemalloc
+
+    blob = _bomb_blob(64 << 20, claimed)
+    assert len(blob) < 200_000  # 64 MB of counts in a blob a result file can carry
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(ValueError, match=why):
+            LatencyHistogram.decode(blob)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 1.0  # was 12 s and 2.1 GB for a 2 GB bomb
+    assert peak < 8 << 20, peak  # the 212 kB a real blob inflates to, and its tokens
+
+
+def test_a_blob_longer_than_any_histogram_is_refused_before_decoding() -> None:
+    blob = "HISTFAAA" + "A" * histogram_module.MAX_BLOB_CHARS
+    with pytest.raises(ValueError, match="more than any histogram takes"):
+        LatencyHistogram.decode(blob)
+
+
+def test_totals_up_to_the_cap_decode_and_beyond_it_are_refused() -> None:
+    from collections import Counter
+
+    cap = histogram_module.MAX_TOTAL_COUNT
+    big = LatencyHistogram.decode(histogram_module._encode(Counter({3000: 2**40, 5000: 2**40})))
+    assert big.count == 2**41 and [c for _, c in big.buckets()] == [2**40, 2**40]
+    at_cap = LatencyHistogram.decode(histogram_module._encode(Counter({10: cap - 1, 11: 1})))
+    assert at_cap.count == cap
+    with pytest.raises(ValueError, match="more than the 9007199254740992"):
+        LatencyHistogram.decode(histogram_module._encode(Counter({10: cap, 11: 1})))
+    with pytest.raises(ValueError, match="HdrHistogram V2"):  # 2^63, the format's own maximum
+        LatencyHistogram.decode(histogram_module._encode(Counter({10: 2**63 - 1})))

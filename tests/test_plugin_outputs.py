@@ -435,3 +435,22 @@ def test_subtests_calls_stay_with_their_test(pytester: pytest.Pytester) -> None:
         ("test_sub.py::test_each_model", 2)
     ]
     assert data["session"]["call_count"] == 2
+
+
+def test_a_malformed_baseline_is_a_usage_error_naming_file_and_field(
+    tester: pytest.Pytester,
+) -> None:
+    """It passed the old check: every test ran, then INTERNALERROR at the comparison."""
+    tester.runpytest("--latency-sim=instant", "--latency-save=base.json").assert_outcomes(passed=10)
+    data = json.loads((tester.path / "base.json").read_text())
+    data["tests"][0]["metrics"] = ["not", "an", "object"]
+    (tester.path / "base.json").write_text(json.dumps(data))
+    result = tester.runpytest("--latency-sim=instant", "--latency-baseline=base.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert (
+        "--latency-baseline: base.json: malformed result file: "
+        "tests[0].metrics: expected an object, got a list" in err
+    ), err
+    assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
+    result.stdout.no_fnmatch_line("*passed*")

@@ -14,6 +14,7 @@ from pytest_latency.stats import (
     Estimate,
     estimate_stat,
     mann_whitney_u,
+    mann_whitney_u_counts,
     mean_estimate,
     min_samples_for,
     percentile,
@@ -354,3 +355,77 @@ def test_mann_whitney_detects_a_slowdown_and_keeps_its_false_positive_rate() -> 
         for _ in range(trials)
     )
     assert false_alarms / trials <= 0.08
+
+
+def _expanded_mann_whitney(a: list[float], b: list[float], alternative: str) -> tuple[float, float]:
+    """The rank test over expanded values, ranked pair by pair (the form `compare` used before
+    it read histograms: the reference the counts form must equal). Returns (u, p)."""
+    from statistics import NormalDist
+
+    pooled = sorted([(x, 0) for x in a] + [(x, 1) for x in b])
+    n_a, n_b, n = len(a), len(b), len(a) + len(b)
+    rank_sum_a, tie_term, i = 0.0, 0.0, 0
+    while i < n:
+        j = i
+        while j + 1 < n and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank_sum_a += (i + j + 2) / 2 * sum(1 for k in range(i, j + 1) if pooled[k][1] == 0)
+        tie_term += (j - i + 1) ** 3 - (j - i + 1)
+        i = j + 1
+    u = rank_sum_a - n_a * (n_a + 1) / 2
+    var = n_a * n_b / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return u, 1.0
+    sd, mean = math.sqrt(var), n_a * n_b / 2
+    cdf = NormalDist().cdf
+    if alternative == "greater":
+        return u, 1 - cdf((u - mean - 0.5) / sd)
+    if alternative == "less":
+        return u, cdf((u - mean + 0.5) / sd)
+    return u, min(1.0, 2 * (1 - cdf((max(u, n_a * n_b - u) - mean - 0.5) / sd)))
+
+
+_buckets = st.lists(
+    st.tuples(st.sampled_from([1.0, 2.0, 3.0, 7.0, 1000.0, 1001.0, 2.5e6]), st.integers(0, 6)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_buckets, _buckets, st.sampled_from(["greater", "less", "two-sided"]))
+def test_mann_whitney_from_counts_equals_the_expanded_values(
+    a: list[tuple[float, int]], b: list[tuple[float, int]], alternative: str
+) -> None:
+    """Few distinct values, so heavy ties; repeated values across pairs, zero counts: the
+    counts form gives the expanded form's statistic and p-value, bit for bit."""
+    xs = [v for v, c in a for _ in range(c)]
+    ys = [v for v, c in b for _ in range(c)]
+    if not xs or not ys:
+        with pytest.raises(ValueError, match="at least one value"):
+            mann_whitney_u_counts(a, b)
+        return
+    got = mann_whitney_u_counts(a, b, alternative=alternative)  # type: ignore[arg-type]
+    u, p = _expanded_mann_whitney(xs, ys, alternative)
+    assert (got.u, got.p_value) == (u, p)
+    assert (got.n_a, got.n_b) == (len(xs), len(ys))
+    assert mann_whitney_u(xs, ys, alternative=alternative) == got  # type: ignore[arg-type]
+
+
+def test_mann_whitney_from_counts_takes_counts_no_list_could_hold() -> None:
+    import time
+
+    started = time.perf_counter()
+    slower = mann_whitney_u_counts(
+        [(900.0, 2**40)], [(300.0, 2**40), (950.0, 1)], alternative="greater"
+    )
+    assert time.perf_counter() - started < 0.01
+    assert slower.n_a == 2**40 and slower.p_value < 1e-12
+    # Scaling every count keeps the effect size (P(A > B)) and only sharpens the p-value.
+    small = mann_whitney_u_counts([(1.0, 3), (5.0, 1)], [(2.0, 2), (5.0, 2)])
+    large = mann_whitney_u_counts(
+        [(1.0, 3 * 10**9), (5.0, 10**9)], [(2.0, 2 * 10**9), (5.0, 2 * 10**9)]
+    )
+    assert large.effect == pytest.approx(small.effect, rel=1e-9)
+    with pytest.raises(ValueError, match="negative count"):
+        mann_whitney_u_counts([(1.0, -1)], [(2.0, 1)])

@@ -152,8 +152,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # an output path that cannot be written
         return _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     except (KeyError, TypeError, ValueError) as exc:
-        # Valid JSON with the right schema tag but a damaged body (hand-edited, truncated blob).
-        return _fail(f"malformed result file: {type(exc).__name__}: {exc}")
+        # load_result checked every field the commands read, so this is a bug, not a bad file:
+        # still one line, naming the files it happened with.
+        detail = " ".join(str(exc).split())[:200]
+        return _fail(f"{', '.join(_inputs(args))}: cannot read: {type(exc).__name__}: {detail}")
+
+
+def _inputs(args: argparse.Namespace) -> list[str]:
+    if args.command == "merge":
+        return list(args.results)
+    if args.command == "compare":
+        return [args.base, args.head]
+    return [args.result]
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ from typing import Any, Final
 __all__ = [
     "HIGHEST_US",
     "LOWEST_US",
+    "MAX_BLOB_CHARS",
+    "MAX_TOTAL_COUNT",
     "SIGNIFICANT_FIGURES",
     "BucketCounts",
     "LatencyHistogram",
@@ -56,6 +58,11 @@ __all__ = [
 LOWEST_US: Final = 1
 HIGHEST_US: Final = 3_600_000_000  # one hour: no single LLM call or gap is longer
 SIGNIFICANT_FIGURES: Final = 3  # values within 0.1%; 2 would be 1% at a seventh of the buckets
+# A histogram counts at most 2^53 values (9 * 10^15: a million calls a second for 285 years;
+# HdrHistogram's own counts go to 2^63): a blob claiming more is damaged or hostile (a result
+# file is input), and below it every total is exact as a float, so rank statistics over the
+# counts stay exact in their counts.
+MAX_TOTAL_COUNT: Final = 2**53
 
 
 # ---- the bucket layout ---------------------------------------------------------------------------
@@ -204,27 +211,61 @@ def _counts_in(data: bytes, start: int, end: int) -> dict[int, int]:
     return dict(zip(itertools.compress(indices, keep), itertools.compress(seq, keep), strict=True))
 
 
+# A decoded payload is never larger than its layout allows: the 40-byte header and at most one
+# 9-byte token per bucket (23,552 buckets: 212 kB for ours), and never more than 1 MiB for any
+# layout (5 figures up to 2^63 would allow 55 MB). Inflating stops there, so a zlib bomb costs
+# what a real blob costs; and a blob longer than the deflate bound of that 1 MiB cannot be one.
+_MAX_PAYLOAD: Final = 1 << 20
+_MAX_TOKEN: Final = 9
+MAX_BLOB_CHARS: Final = 4 * (_OUTER.size + _MAX_PAYLOAD + (_MAX_PAYLOAD >> 12) + 64) // 3
+
+
+def _inflate(deflated: bytes) -> tuple[bytes, _Layout | None]:
+    """The payload of a blob's zlib stream and its layout (None: ours), inflating no more than
+    the header says the counts take and the layout allows."""
+    inflater = zlib.decompressobj()
+    head = inflater.decompress(deflated, _PAYLOAD.size)
+    if len(head) < _PAYLOAD.size:
+        raise ValueError("the payload ends inside its header")
+    cookie, length, _offset, figures, lowest, highest, _ratio = _PAYLOAD.unpack(head)
+    # The offset and ratio are ignored, as hdrh does: they are 0 and 1.0 outside Java's
+    # shifted and double histograms, which latency tools do not write.
+    if cookie != _ENCODING_COOKIE:
+        raise ValueError(f"bad payload cookie {cookie:#x}")
+    ours = (lowest, highest, figures) == (LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+    layout = None if ours else _Layout(lowest, highest, figures)
+    room = min(_MAX_TOKEN * (layout or _OURS).counts_len, _MAX_PAYLOAD - _PAYLOAD.size)
+    if length > room:
+        raise ValueError(f"counts of {length} bytes: more than this layout's {room}")
+    body = inflater.decompress(inflater.unconsumed_tail, length)
+    # The stream must end with the counts (as every HdrHistogram writes it): one more byte of
+    # output, or a stream that does not end and check its sum, is a damaged blob.
+    extra = inflater.decompress(inflater.unconsumed_tail, 1)  # not flush(): it inflates it all
+    if len(body) != length or extra or not inflater.eof:
+        raise ValueError(f"payload length {length} does not match its counts")
+    return head + body, layout
+
+
 def _decode(blob: str) -> tuple[dict[int, int], _Layout | None]:
-    """A blob's counts per index and its layout (None: ours). Raises ValueError if malformed."""
+    """A blob's counts per index and its layout (None: ours). Raises ValueError if malformed,
+    too large for its layout, or counting more than MAX_TOTAL_COUNT values."""
     try:
+        if len(blob) > MAX_BLOB_CHARS:
+            raise ValueError(f"{len(blob)} characters, more than any histogram takes")
         raw = base64.b64decode(blob.encode("ascii"))
         cookie, length = _OUTER.unpack_from(raw)
         if cookie != _COMPRESSION_COOKIE or length != len(raw) - _OUTER.size:
             raise ValueError(f"bad cookie {cookie:#x} or length {length}")
-        data = zlib.decompress(raw[_OUTER.size :])
-        cookie, length, _offset, figures, lowest, highest, _ratio = _PAYLOAD.unpack_from(data)
-        # The offset and ratio are ignored, as hdrh does: they are 0 and 1.0 outside Java's
-        # shifted and double histograms, which latency tools do not write.
-        if cookie != _ENCODING_COOKIE or _PAYLOAD.size + length > len(data):
-            raise ValueError(f"bad payload cookie {cookie:#x} or length {length}")
-        ours = (lowest, highest, figures) == (LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
-        layout = _OURS if ours else _Layout(lowest, highest, figures)
-        counts = _counts_in(data, _PAYLOAD.size, _PAYLOAD.size + length)
-        if counts and max(counts) >= layout.counts_len:
+        data, foreign = _inflate(raw[_OUTER.size :])
+        counts = _counts_in(data, _PAYLOAD.size, len(data))
+        if counts and max(counts) >= (foreign or _OURS).counts_len:
             raise ValueError("counts beyond the histogram's range")
+        total = sum(counts.values())
+        if total > MAX_TOTAL_COUNT:
+            raise ValueError(f"{total} values, more than the {MAX_TOTAL_COUNT} a histogram holds")
     except (ValueError, UnicodeError, binascii.Error, struct.error, zlib.error, IndexError) as exc:
         raise ValueError(f"not an HdrHistogram V2 blob: {exc}") from None
-    return counts, None if ours else layout
+    return counts, foreign
 
 
 # Per bucket index (at most 23,552 of each), for statistics over many buckets at C speed.
@@ -491,7 +532,7 @@ class LatencyHistogram:
                     hist._above += count
                     value = HIGHEST_US
                 hist._counts[_OURS.index(value)] += count
-        hist._n = sum(counts.values())
+        hist._n = sum(counts.values())  # at most MAX_TOTAL_COUNT: `_decode` checks
         return hist
 
     def __repr__(self) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "Verdict",
     "estimate_stat",
     "mann_whitney_u",
+    "mann_whitney_u_counts",
     "mean_estimate",
     "min_samples_for",
     "percentile",
@@ -426,25 +427,43 @@ def mann_whitney_u(
     `method="asymptotic"`); it is good from about 8 values per side. Identical samples give
     p = 1.
     """
-    n_a, n_b = len(a), len(b)
+    return mann_whitney_u_counts([(x, 1) for x in a], [(x, 1) for x in b], alternative=alternative)
+
+
+def mann_whitney_u_counts(
+    a: Iterable[tuple[float, int]],
+    b: Iterable[tuple[float, int]],
+    *,
+    alternative: Literal["two-sided", "greater", "less"] = "two-sided",
+) -> MannWhitney:
+    """`mann_whitney_u` of samples given as (value, count) pairs, e.g. a histogram's buckets,
+    without expanding them: the same statistic and p-value (bit for bit: the same arithmetic,
+    one tie group per distinct value), in time linear in the distinct values, so a count of
+    10^12 costs what a count of 1 does."""
+    counts: dict[float, list[int]] = {}
+    for side, pairs in ((0, a), (1, b)):
+        for value, count in pairs:
+            if count < 0:
+                raise ValueError(f"negative count {count}")
+            if count:
+                counts.setdefault(float(value), [0, 0])[side] += count
+    n_a = sum(c[0] for c in counts.values())
+    n_b = sum(c[1] for c in counts.values())
     if n_a == 0 or n_b == 0:
         raise ValueError("both samples need at least one value")
-    pooled = sorted([(float(x), 0) for x in a] + [(float(x), 1) for x in b])
-    if any(math.isnan(v) for v, _ in pooled):
+    if any(math.isnan(v) for v in counts):
         raise ValueError("values contain NaN")
     n = n_a + n_b
     rank_sum_a = 0.0
     tie_term = 0.0
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        average_rank = (i + j + 2) / 2  # ranks are 1-based
-        rank_sum_a += average_rank * sum(1 for k in range(i, j + 1) if pooled[k][1] == 0)
-        t = j - i + 1
+    before = 0  # values below the current one, both samples
+    for value in sorted(counts):
+        in_a, in_b = counts[value]
+        t = in_a + in_b
+        average_rank = (2 * before + t + 1) / 2  # ranks before+1 .. before+t (1-based)
+        rank_sum_a += average_rank * in_a
         tie_term += t**3 - t
-        i = j + 1
+        before += t
     u_a = rank_sum_a - n_a * (n_a + 1) / 2
     mean = n_a * n_b / 2
     var = n_a * n_b / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0

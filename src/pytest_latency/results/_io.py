@@ -2,9 +2,10 @@
 
 Owns strict JSON (no NaN or Infinity, which other parsers reject), `write_atomic` (a reader, or a
 run that crashed mid-write, never sees half a file; the file gets the permissions any file
-written with the user's umask would), and `load_result` (read, parse and validate; any problem is
-one `ResultError` naming the file). The plugin's HTML and Markdown outputs and the CLI write
-through `write_atomic` too. May import its sibling `_schema`; never pytest.
+written with the user's umask would), and `load_result` (read, parse and validate against the
+whole schema, `_validate`; any problem is one `ResultError` naming the file). The plugin's HTML
+and Markdown outputs and the CLI write through `write_atomic` too. May import its siblings
+`_schema` and `_validate`; never pytest.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_latency.results._schema import ResultError, ResultFile, validate
+from pytest_latency.results._schema import ResultError, ResultFile
+from pytest_latency.results._validate import validate
 
 
 def _reject_constant(name: str) -> Any:
@@ -66,6 +68,8 @@ def load_result(path: str | os.PathLike[str]) -> ResultFile:
         data = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ResultError(f"{name}: not valid JSON: {exc}") from None
+    except RecursionError:  # the parser's own depth limit, long before validate's MAX_DEPTH
+        raise ResultError(f"{name}: not valid JSON: nested too deeply") from None
     return validate(data, name)
 
 

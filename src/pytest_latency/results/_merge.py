@@ -16,21 +16,24 @@ from typing import Any
 from pytest_latency.catalogue import POOLED_METRICS
 from pytest_latency.results._blocks import HdrPool, Tally, metrics_info, rollup_dict
 from pytest_latency.results._budgets import verdict_counts
-from pytest_latency.results._schema import SCHEMA, ResultError, validate
+from pytest_latency.results._schema import SCHEMA, ResultError
+from pytest_latency.results._validate import check_tag
 
 
 def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Merge the result files of CI shards into the file of the whole run.
 
-    Tests are concatenated in shard order; a node id found in more than one shard is kept every
-    time, each copy marked with its 0-based `shard`. Group and session histograms are added
-    exactly (same bucket layout), counters summed; the run is partial if any shard was. Session
-    budgets cannot be re-judged from histograms: each shard's are kept, marked with `shard`.
+    The files are as `load_result` returns them (validated once, at load) or as the builder
+    made them. Tests are concatenated in shard order; a node id found in more than one shard is
+    kept every time, each copy marked with its 0-based `shard`. Group and session histograms are
+    added exactly (same bucket layout), counters summed; the run is partial if any shard was.
+    Session budgets cannot be re-judged from histograms: each shard's are kept, marked with
+    `shard`.
     """
     if not results:
         raise ResultError("nothing to merge: no result files given")
     for index, result in enumerate(results):
-        validate(result, f"shard {index}")
+        check_tag(result, f"shard {index}")  # load_result validated each file in full
     owners: Counter[str] = Counter()
     for result in results:
         owners.update({t["nodeid"] for t in result["tests"]})

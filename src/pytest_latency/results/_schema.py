@@ -1,17 +1,14 @@
 """The result file's schema `pytest-latency/1`, as types, and the check that a file is one.
 
 Owns the schema name, the TypedDicts every builder returns and every reader (merge, compare, the
-report, the CLI) reads, documented field by field in docs/result-schema.md, `ResultError`, and
-`validate`, which rejects a file that is not ours before any reader trusts it. Keys an older
-file may lack are `NotRequired`. May import `histogram` (a rollup's histograms must decode);
-stdlib otherwise; never pytest, never jinja2.
+report, the CLI) reads, documented field by field in docs/result-schema.md, and `ResultError`;
+`_validate` checks a file against them before any reader trusts it. Keys an older file may lack
+are `NotRequired`. Stdlib only; never pytest, never jinja2.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, TypedDict
-
-from pytest_latency.histogram import LatencyHistogram
 
 if TYPE_CHECKING:
     # Only the type checker reads it: under `from __future__ import annotations` the TypedDicts'
@@ -174,44 +171,6 @@ class ResultFile(TypedDict):
     summary: dict[str, int]
 
 
-def validate(data: Any, name: str) -> ResultFile:
-    """`data` as a result file, or a `ResultError` naming `name` and what is wrong."""
-    if not isinstance(data, dict):
-        raise ResultError(f"{name}: not a pytest-latency result file (expected a JSON object)")
-    schema = data.get("schema")
-    if schema != SCHEMA:
-        if isinstance(schema, str) and schema.startswith("pytest-latency/"):
-            raise ResultError(
-                f"{name}: result schema {schema!r} is not supported by this version "
-                f"(it reads {SCHEMA!r})"
-            )
-        raise ResultError(f"{name}: not a pytest-latency result file (schema {schema!r})")
-    for key, kind in (("run", dict), ("tests", list), ("groups", dict), ("session", dict)):
-        if not isinstance(data.get(key), kind):
-            raise ResultError(f"{name}: malformed result file: {key!r} missing or wrong type")
-    for index, test in enumerate(data["tests"]):
-        if not isinstance(test, dict) or not isinstance(test.get("nodeid"), str):
-            raise ResultError(f"{name}: malformed result file: tests[{index}] has no nodeid")
-    # The rollups are what merge and compare compute with, and there are few of them: check that
-    # their histograms decode, so a damaged file fails here, with its name, not halfway through.
-    rollups = [("session", data["session"])] + [
-        (f"groups[{k!r}]", g) for k, g in data["groups"].items()
-    ]
-    for where, rollup in rollups:
-        metrics = rollup.get("metrics") if isinstance(rollup, dict) else None
-        if not isinstance(metrics, dict):
-            raise ResultError(f"{name}: malformed result file: {where} has no metrics")
-        for metric, block in metrics.items():
-            try:
-                LatencyHistogram.decode(block["hdr"])
-                int(block["sum"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ResultError(
-                    f"{name}: malformed result file: {where}.metrics.{metric}: {exc}"
-                ) from None
-    return data  # type: ignore[return-value]
-
-
 __all__ = [
     "SCHEMA",
     "BudgetEntry",
@@ -226,5 +185,4 @@ __all__ = [
     "RunBlock",
     "SessionBlock",
     "TestEntry",
-    "validate",
 ]
