@@ -28,8 +28,10 @@ def latency(request: pytest.FixtureRequest) -> LatencyRecorder:
     ``latency.record("ttft", 0.35)`` records a value measured by hand (seconds by default), and
     ``with latency.sample():`` marks one sample in a test that loops by itself.
     """
+    from pytest_latency.plugin._warm import warm_imported
     from pytest_latency.recording import LatencyRecorder, Recording
 
+    warm_imported()  # clients the test builds itself: their SDK's first-use work, unmeasured
     router = request.config.stash[RUN_KEY].router
     recording = router.current() if router.nodeid == request.node.nodeid else None
     # Outside the test's own run (a plugin asking for the fixture) it records, unreported.
@@ -83,6 +85,9 @@ _SDK_CLASSES = {
 
 def _sdk_client(request: pytest.FixtureRequest, provider: str, *, is_async: bool) -> Any:
     sdk = pytest.importorskip(provider, reason=f"this fixture needs the `{provider}` package")
+    from pytest_latency.plugin._warm import warm
+
+    warm(provider)  # the SDK's first-use work, here rather than inside the first measured call
     endpoint = _endpoint(request.config, provider)
     client_class = getattr(sdk, _SDK_CLASSES[provider, is_async])
     client = client_class(base_url=endpoint.base_url, api_key=endpoint.api_key)

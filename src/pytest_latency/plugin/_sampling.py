@@ -289,6 +289,9 @@ class Sampler:
                 finally:
                     recording.end_sample()
 
+        from pytest_latency.plugin._warm import warm_imported
+
+        warm_imported()  # clients the test built itself: their SDK's first-use work, unmeasured
         run_samples(plan.warmup, warmup=True)
         run_samples(plan.samples, warmup=False)
         # Sequential sampling: an interval that straddles the budget narrows with n; draw more
