@@ -141,7 +141,13 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
         output_event(payload, output)
         failure = error_of(payload)
         if failure is not None:
-            info = Classified(error=failure.kind, error_message=failure.message, terminal=True)
+            # Usage may ride on the error chunk (OpenRouter's mid-stream error): keep it.
+            info = Classified(
+                error=failure.kind,
+                error_message=failure.message,
+                terminal=True,
+                usage=payload.get("usage"),
+            )
         else:
             info = classify(event.event, payload)
         if info.channels:

@@ -26,10 +26,30 @@ from pytest_latency.metrics.apis._shapes import as_dict, as_str, is_text
 
 
 def _content_text(value: object) -> bool:
-    """`delta.content` is a string, or on some compatible servers a list of content parts."""
+    """`delta.content` is a string, or on some compatible servers a list of content parts (a
+    thinking part is not text: `_content_channels`)."""
     if isinstance(value, list):
-        return any(isinstance(p, dict) and is_text(p.get("text")) for p in value)
+        return any(
+            isinstance(p, dict) and p.get("type") != "thinking" and is_text(p.get("text"))
+            for p in value
+        )
     return is_text(value)
+
+
+def _thinking(value: object) -> bool:
+    """Whether a list of content parts holds reasoning: Mistral's Magistral streams it as
+    `{"type": "thinking", "thinking": [{"type": "text", "text": ...}]}` parts of `content`."""
+    if not isinstance(value, list):
+        return False
+    for part in value:
+        if isinstance(part, dict) and part.get("type") == "thinking":
+            inner = part.get("thinking")
+            if is_text(inner) or (
+                isinstance(inner, list)
+                and any(isinstance(i, dict) and is_text(i.get("text")) for i in inner)
+            ):
+                return True
+    return False
 
 
 def _tool_calls(value: object) -> bool:
@@ -77,6 +97,8 @@ def _delta_channels(delta: dict[str, Any], found: list[str]) -> None:
         spec = _FIELDS.get(key)
         if spec is not None and spec[1](value):
             here.append(spec[0])
+        if key == "content" and _thinking(value) and REASONING not in here:
+            here.append(REASONING)
     if len(here) > 1:
         here.sort(key=_ORDER.__getitem__)
     for channel in here:
@@ -100,6 +122,9 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
                 found.append(TEXT)
             finished = finished or choice.get("finish_reason") is not None
     usage = payload.get("usage")
+    if usage is None:
+        # Groq sends usage only inside its `x_groq` extension when stream_options is not set.
+        usage = as_dict(payload.get("x_groq")).get("usage")
     model = as_str(payload.get("model"))
     if not found and usage is None and not finished:
         return NOTHING if model is None else Classified(model=model)
