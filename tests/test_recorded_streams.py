@@ -96,7 +96,7 @@ def test_output_tokens_are_every_generated_token_whatever_the_provider_counts(
     usage = chunk.get("usage") or chunk["x_groq"]["usage"]
     metrics = call_metrics(_record([json.dumps(chunk), "[DONE]"]))
     assert metrics.input_tokens == usage["prompt_tokens"], name
-    assert metrics.output_tokens is not None, name
+    assert metrics.input_tokens is not None and metrics.output_tokens is not None, name
     assert metrics.input_tokens + metrics.output_tokens == usage["total_tokens"], name
     reported = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
     if usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]:
