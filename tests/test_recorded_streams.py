@@ -150,3 +150,36 @@ def test_openrouter_usage_on_the_error_chunk_is_kept() -> None:
     metrics = call_metrics(_record(payloads))
     assert metrics.error is not None and metrics.error.startswith("sse_error:"), source
     assert (metrics.input_tokens, metrics.output_tokens) == (43, 10)
+
+
+def _anthropic_record(name: str) -> WireRecord:
+    """An excerpt of an Anthropic SSE body (event: and data: lines kept), one event a read."""
+    text = (CORPUS / name).read_text(encoding="utf-8")
+    events, current = [], []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith(("event: ", "data: ")):
+            current.append(line)
+            if line.startswith("data: "):
+                events.append("\n".join(current) + "\n\n")
+                current = []
+    record = WireRecord("POST", "http://h/v1/messages", b'{"model": "m", "stream": true}', 0)
+    record.t_headers_ns, record.status = 5_000_000, 200
+    record.content_type = "text/event-stream"
+    at = 10_000_000
+    for event in events:
+        record.reads.append((at - 1000, at, event.encode()))
+        at += 10_000_000
+    record.t_eof_ns = record.t_closed_ns = at
+    return record
+
+
+def test_anthropic_compaction_counts_every_iteration() -> None:
+    """The top-level message_delta usage is the final pass only (input 181, cache read 0,
+    output 8); the compaction pass (input 100, cache read 55,096, output 83) is in
+    `usage.iterations`: the call read 55,096 tokens from the cache and generated 91."""
+    metrics = call_metrics(_anthropic_record("case5-pydantic-ai-anthropic-compaction-stream.txt"))
+    assert metrics.error is None
+    assert metrics.cache_read_tokens == 55_096
+    assert metrics.output_tokens == 91
+    assert metrics.input_tokens == 100 + 55_096 + 181

@@ -92,14 +92,37 @@ def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
     """`message_start` sends the input side, each `message_delta` cumulative counts that may
     repeat it: merged field by field, the latest count winning."""
     details = as_dict(usage.get("output_tokens_details"))
+    counted = usage
+    iterations = usage.get("iterations")
+    if isinstance(iterations, list) and iterations:
+        # A call that ran several passes (context compaction, an advisor model) reports the
+        # top-level counts of its final `message` pass only; the call as a whole is the sum of
+        # its iterations (pydantic-ai's compaction cassette: cache read 55,096 and output 83 + 8
+        # in the compaction pass, top-level 0 and 8; issue #14, item 7).
+        counted = {key: _summed(iterations, key) for key in _COUNTS}
     piece = UsageFields(
-        input_tokens=count(usage.get("input_tokens")),
-        output_tokens=count(usage.get("output_tokens")),
-        cache_read_tokens=count(usage.get("cache_read_input_tokens")),
-        cache_write_tokens=count(usage.get("cache_creation_input_tokens")),
+        input_tokens=count(counted.get("input_tokens")),
+        output_tokens=count(counted.get("output_tokens")),
+        cache_read_tokens=count(counted.get("cache_read_input_tokens")),
+        cache_write_tokens=count(counted.get("cache_creation_input_tokens")),
         reasoning_tokens=count(details.get("thinking_tokens", details.get("reasoning_tokens"))),
     )
     return previous.merged(piece)
+
+
+_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def _summed(iterations: list[Any], key: str) -> int | None:
+    """The sum of one count over the iterations that sent it (None when none did)."""
+    values = [count(i.get(key)) for i in iterations if isinstance(i, dict)]
+    sent = [v for v in values if v is not None]
+    return sum(sent) if sent else None
 
 
 def normalise_usage(fields: UsageFields) -> Usage:
