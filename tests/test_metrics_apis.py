@@ -242,3 +242,28 @@ def test_registering_an_api_changes_no_other_api_s_numbers(monkeypatch: pytest.M
 
 def test_channels_are_the_protocol_s_vocabulary() -> None:
     assert CHANNELS == ("text", "reasoning", "tool", "refusal", "audio")
+
+
+def test_responses_items_delivered_whole_are_content_and_hosted_output_is_not() -> None:
+    """Items the model emits whole (a local shell command, an MCP approval request) arrive in
+    `response.output_item.added` with no delta: that event is their first content (issue #14,
+    item 8); a hosted shell's stdout (`shell_call_output_content.delta`) is the environment's,
+    not the model's."""
+    from pytest_latency.metrics.apis import openai_responses as responses
+
+    for item in (
+        {"type": "local_shell_call", "call_id": "c", "action": {"type": "exec", "command": ["ls"]}},
+        {"type": "mcp_approval_request", "name": "deploy", "arguments": "{}", "server_label": "s"},
+        {"type": "tool_search_call", "id": "ts_1", "status": "in_progress"},
+    ):
+        found = responses.event("", {"type": "response.output_item.added", "item": item})
+        assert found.channels == ("tool",), item
+    for streamed in ("message", "function_call", "reasoning"):
+        found = responses.event(
+            "", {"type": "response.output_item.added", "item": {"type": streamed}}
+        )
+        assert found.channels == (), streamed  # their deltas carry the content
+    shell = {"type": "response.shell_call_output_content.delta", "delta": "total 8\n"}
+    assert responses.event("", shell).channels == ()
+    args = {"type": "response.shell_call_command.delta", "delta": "ls -la"}
+    assert responses.event("", args).channels == ("tool",)

@@ -69,7 +69,26 @@ def matches_payload(payload: Mapping[str, Any]) -> bool:
 error = provider_error
 
 
-def _channel(middle: str) -> str:
+# Output item types whose content streams as `.delta` events. Every other item the model emits
+# (local_shell_call, computer_call, mcp_approval_request, tool_search_call, web_search_call, …)
+# arrives whole in `response.output_item.added`: that event is its first content (issue #14).
+_STREAMED_ITEMS = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "mcp_call",
+        "code_interpreter_call",
+    }
+)
+
+
+def _channel(middle: str) -> str | None:
+    if "call_output" in middle:
+        # A hosted tool's own output (`shell_call_output_content`): the environment's bytes,
+        # not tokens the model generated.
+        return None
     channel = _CHANNELS.get(middle)
     if channel is not None:
         return channel
@@ -111,8 +130,14 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
         return NOTHING
     if kind.startswith("response.") and kind.endswith(".delta"):
         delta = payload.get("delta")
-        if is_text(delta) or (isinstance(delta, (dict, list)) and delta):
-            return _ON[_channel(kind[9:-6])]
+        channel = _channel(kind[9:-6])
+        if channel is not None and (is_text(delta) or (isinstance(delta, (dict, list)) and delta)):
+            return _ON[channel]
+        return NOTHING
+    if kind == "response.output_item.added":
+        item_type = as_dict(payload.get("item")).get("type")
+        if isinstance(item_type, str) and item_type not in _STREAMED_ITEMS:
+            return _ON[TOOL]
         return NOTHING
     if kind in _ENDS:
         final = _final(as_dict(payload.get("response")), terminal=True)
