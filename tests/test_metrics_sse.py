@@ -110,7 +110,10 @@ def test_parser_returns_events_per_feed() -> None:
 def test_a_cr_inside_a_chunk_does_not_swallow_the_next_chunks_lf() -> None:
     # The CR after "a" ends its line inside the first chunk; the LF opening the second chunk is
     # the end of "data: b", not the second half of that CR.
-    assert events([(1, b"data: a\rdata: b"), (2, b"\n\n")]) == [("", "a\nb", 2)]
+    assert events([(1, b"data: a\rdata: b"), (2, b"\n\n"), (3, b"data: c\n\n")]) == [
+        ("", "a\nb", 2),
+        ("", "c", 3),
+    ]
 
 
 def _best(run: Callable[[], object], times: int = 5) -> float:
