@@ -90,6 +90,10 @@ def body_kind(content_type: str, asked_stream: bool, body: DecodedBody) -> str:
     return "other"
 
 
+# How much of a decoded piece the SSE parser is fed at a time (see `_scan_sse`).
+FEED_BYTES = 65_536
+
+
 def _scan_sse(scan: Scan, body: DecodedBody) -> None:
     """Walk the events as the parser completes them: an event's payload is classified and
     dropped, so memory follows what the call keeps (content stamps, usage, output pieces), not
@@ -106,16 +110,24 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
         if not piece:
             continue
         last = (arrived, read)
-        events = parser.feed(piece, arrived, read)
-        walk = _take(scan, walk, held, events) if walk is None else walk.take(events)
-        if (len(held) if walk is None else walk.count) >= EVENT_LIMIT:
-            # Stop after the read that reached the limit; the events it completed are kept.
+        # At most FEED_BYTES at a time, so the event limit is checked often: one read of a gzip
+        # bomb can inflate to 64 MiB, a million events.
+        for start in range(0, len(piece), FEED_BYTES):
+            events = parser.feed(piece[start : start + FEED_BYTES], arrived, read)
+            walk = _take(scan, walk, held, events) if walk is None else walk.take(events)
+            if (len(held) if walk is None else walk.count) < EVENT_LIMIT:
+                continue
+            # Stop after the slice that reached the limit; the events it completed are kept.
             scan.capped = True
-            scan.unparsed_bytes = sum(len(p) for _, _, p in pieces[index + 1 :])
+            scan.unparsed_bytes = max(len(piece) - start - FEED_BYTES, 0) + sum(
+                len(p) for _, _, p in pieces[index + 1 :]
+            )
             scan.note(
                 f"capped: walked the first {EVENT_LIMIT:,} events; "
                 f"{scan.unparsed_bytes:,} decoded bytes after them not parsed"
             )
+            break
+        if scan.capped:
             last = None
             break
     if last is not None:
