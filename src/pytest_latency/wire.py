@@ -10,6 +10,14 @@ Request headers are never stored (they carry API keys). The request body is held
 `metrics` can read the model and the stream flag; outputs never contain it (`metrics` keeps
 sizes and hashes, and text only when `text_limit` asks for it).
 
+Also owns what one record may keep (docs/metrics.md, "What a call keeps"): `KEEP_LIMIT` bytes,
+each read charged its body bytes plus `READ_COST` for its stamps, so a hostile or endless body
+costs a bounded amount of memory however it is cut. Past the limit capture keeps no more bytes
+and no more stamps, but counts them (`dropped_bytes`, `dropped_reads`) and keeps the last
+arrival, so the call is flagged `capped` with its timing up to the limit intact. `DECODED_LIMIT`
+bounds the decoded body the same way (a gzip bomb), where `metrics` inflates it, and
+`EVENT_LIMIT` the SSE events it walks.
+
 Also owns `LoopLag`, the event-loop lag log a capture-side monitor fills while async calls are in
 flight on a loop, which the records of those calls share (docs/metrics.md, "Client saturation").
 """
@@ -18,6 +26,19 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+
+# What one record keeps of a body: the reads' bytes plus READ_COST per read (what a read's entry
+# costs in memory besides its bytes: a 3-tuple 64 B, two stamps 32 B each, a bytes header 33 B, a
+# list slot 8 B on CPython 3.11), 64 MiB in all. A 128k-token OpenAI chat stream (~230 B an event,
+# one event a read) takes ~50 MiB; the limit bounds the reads kept to 64 MiB / 170 B = 394,758.
+KEEP_LIMIT = 64 * 1024 * 1024
+READ_COST = 170
+# The most a compressed body is inflated to, per call (`metrics`): a gzip bomb stops here.
+DECODED_LIMIT = 64 * 1024 * 1024
+# The most SSE events `metrics` walks per call (15-30 us each on a loaded 2-core VM: JSON,
+# classification, usage): 64 MiB of 47-byte events (1.4 M) took 22 s; at the limit 6-8 s. Twice
+# the events of a 128k-token stream.
+EVENT_LIMIT = 262_144
 
 
 class LoopLag:
@@ -80,10 +101,22 @@ class WireRecord:
     # How many characters of prompt and output text `metrics` may keep for this attempt (the
     # plugin's --latency-capture-text). 0, the default, keeps none: hashes and sizes only.
     text_limit: int = 0
+    # What capture may keep of the body (see KEEP_LIMIT: bytes plus READ_COST a read), and what it
+    # did not keep past that: bytes (the rest of the read that crossed the limit, then every later
+    # read's), reads not kept at all, and the arrival stamp of the last of them.
+    keep_limit: int = KEEP_LIMIT
+    dropped_bytes: int = 0
+    dropped_reads: int = 0
+    t_dropped_ns: int | None = None
 
     @property
     def complete(self) -> bool:
         return self.t_eof_ns is not None and self.error is None
+
+    @property
+    def capped(self) -> bool:
+        """Capture stopped keeping the body at `keep_limit`."""
+        return self.dropped_reads > 0 or self.dropped_bytes > 0
 
     @property
     def body(self) -> bytes:

@@ -1,8 +1,8 @@
 """Per-call metrics: one `WireRecord` in, one `CallMetrics` out.
 
-Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds a
-call can end with, the incomplete/opaque/consumer-bound/client-saturated flags and the plain-data
-form that travels on test reports. Pure and deterministic; may import only the stdlib,
+Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds
+a call can end with, the incomplete/opaque/capped/consumer-bound/client-saturated flags and the
+plain-data form that travels on test reports. Pure and deterministic; may import only the stdlib,
 `pytest_latency.wire`, `pytest_latency.untrusted` and its sibling private modules (never pytest,
 never httpx).
 See docs/metrics.md.
@@ -29,7 +29,7 @@ from pytest_latency.metrics._scan import json_object as _json_object
 from pytest_latency.metrics._scan import scan_body, scan_error
 from pytest_latency.metrics.apis import REASONING, UNKNOWN
 from pytest_latency.untrusted import safe_token
-from pytest_latency.wire import LoopLag, WireRecord
+from pytest_latency.wire import DECODED_LIMIT, READ_COST, LoopLag, WireRecord
 
 # Consumer-bound detector (sdk-findings §3.5): a read that returned in under 0.3 ms after the
 # consumer had been away for over 1 ms found its data already buffered, so its stamp is when the
@@ -91,6 +91,14 @@ class CallMetrics:
     t_start_ns: int
     t_end_ns: int
     notes: tuple[str, ...] = field(default=())
+    # The per-call keep limits (docs/metrics.md, "What a call keeps"): capture kept the body up to
+    # `wire.KEEP_LIMIT`, inflating stopped at `wire.DECODED_LIMIT`, or the SSE walk at
+    # `wire.EVENT_LIMIT` events. The metrics cover the kept
+    # part; `dropped_bytes` received bytes were never read for content (not kept, or kept but not
+    # decoded) and `dropped_reads` reads were not kept at all. The reason is in `notes`.
+    capped: bool = False
+    dropped_bytes: int = 0
+    dropped_reads: int = 0
     # Fingerprints for diagnosis (docs/metrics.md, "Prompt and output fingerprints"): sizes and
     # hashes, never text. Defaults keep data written before they existed readable.
     prompt_chars: int | None = None
@@ -240,6 +248,19 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     scan = scan_body(endpoint, record.content_type, asked_stream, body)
     if record.prefetched:
         scan.note("prefetched: body was in memory before the transport returned; no token timing")
+    capped = record.capped or body.capped or scan.capped
+    if record.capped:
+        kept = sum(len(data) for _, _, data in record.reads)
+        scan.note(
+            f"capped: kept the first {kept:,} body bytes in {len(record.reads):,} reads (limit "
+            f"{record.keep_limit:,} B counting {READ_COST} B a read); not kept: "
+            f"{record.dropped_bytes:,} bytes, {record.dropped_reads:,} reads"
+        )
+    if body.capped:
+        scan.note(
+            f"capped: inflating stopped at {DECODED_LIMIT:,} decoded bytes; "
+            f"{body.undecoded_bytes:,} received bytes not decoded"
+        )
 
     def us(t_ns: int | None) -> float | None:
         return None if t_ns is None else (t_ns - t0) / 1000
@@ -267,7 +288,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     paced_by_consumer = not (record.prefetched or record.read_ahead)
     flagged = _consumer_bound_chunks(record, reads_with_content) if paced_by_consumer else 0
 
-    error, detail = scan_error(record, scan)
+    error, detail = scan_error(record, scan, capped=capped)
     output_pieces = scan.output.pieces()
     out_shingles, out_digests = output_print(output_pieces)
     t_end = _t_end(record)
@@ -314,6 +335,9 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         t_start_ns=t0,
         t_end_ns=t_end,
         notes=tuple(scan.notes),
+        capped=capped,
+        dropped_bytes=record.dropped_bytes + body.undecoded_bytes,
+        dropped_reads=record.dropped_reads,
         prompt_chars=prompt.chars,
         prefix_hashes=prompt.prefix_hashes,
         cache_breakpoint_chars=prompt.breakpoint_chars,
@@ -404,6 +428,8 @@ def _t_end(record: WireRecord) -> int:
     when nothing was read: an early break may leave the close until teardown or GC."""
     if record.t_eof_ns is not None:
         return record.t_eof_ns
+    if record.t_dropped_ns is not None:  # reads past the keep limit were not kept, but seen
+        return record.t_dropped_ns
     if record.reads:
         return record.reads[-1][1]
     for t in (record.t_closed_ns, record.t_headers_ns):

@@ -22,7 +22,7 @@ from pytest_latency.metrics._sse import SseEvent, SseParser
 from pytest_latency.metrics._usage import UsageTracker
 from pytest_latency.metrics.apis import Classified, WireApi
 from pytest_latency.untrusted import safe_text, safe_token
-from pytest_latency.wire import WireRecord
+from pytest_latency.wire import EVENT_LIMIT, WireRecord
 
 MAX_NOTES = 20
 MAX_NOTE_CHARS = 300
@@ -44,6 +44,9 @@ class Scan:
     terminal: bool = False
     finished: bool = False  # a finish reason arrived (the end marker may still follow)
     model: str | None = None
+    # The walk stopped at `wire.EVENT_LIMIT` events: how many decoded bytes were left unparsed.
+    capped: bool = False
+    unparsed_bytes: int = 0
     notes: list[str] = field(default_factory=list)
     output: OutputText = field(default_factory=OutputText)
 
@@ -84,7 +87,7 @@ def scan_body(path: str, content_type: str, asked_stream: bool, body: DecodedBod
 
 def body_kind(content_type: str, asked_stream: bool, body: DecodedBody) -> str:
     mime = content_type.split(";", 1)[0].strip().lower()
-    head = body.data[:64].lstrip()
+    head = body.head(64).lstrip()
     # No SSE stream starts with "{": an error body sent with the stream's content type is JSON.
     if mime.endswith("json") or head.startswith((b"{", b"[")):
         return "json"
@@ -96,50 +99,125 @@ def body_kind(content_type: str, asked_stream: bool, body: DecodedBody) -> str:
     return "other"
 
 
+# How much of a decoded piece the SSE parser is fed at a time (see `_scan_sse`).
+FEED_BYTES = 65_536
+
+
 def _scan_sse(scan: Scan, body: DecodedBody) -> None:
+    """Walk the events as the parser completes them: an event's payload is classified and
+    dropped, so memory follows what the call keeps (content stamps, usage, output pieces), not
+    every parsed payload at once (a flood of tiny events made that gigabytes). Until the API is
+    known (a path no adapter owns) the events are held, unparsed, and walked once a payload
+    names it, or at the end with the unknown API."""
     scan.streamed = True
     parser = SseParser()
-    events: list[SseEvent] = []
+    walk = None if scan.adapter is apis.UNKNOWN_API else _Walk(scan)
+    held: list[SseEvent] = []
     last: tuple[int, int] | None = None
-    for read, arrived, piece in body.pieces:
-        if piece:
-            events.extend(parser.feed(piece, arrived, read))
-            last = (arrived, read)
-    if last is not None:
-        events.extend(parser.finish(*last))
-
-    parsed: list[tuple[SseEvent, dict[str, Any] | None]] = []
-    done = False
-    for event in events:
-        if event.data.strip() == "[DONE]":
-            # OpenAI's end marker, an SSE-level sentinel whatever the API; later events (if any)
-            # are still read.
-            done = True
+    pieces = body.pieces
+    for index, (read, arrived, piece) in enumerate(pieces):
+        if not piece:
             continue
-        parsed.append((event, json_object(event.data)))
-    if scan.adapter is apis.UNKNOWN_API:
-        for _, payload in parsed:
-            if (
-                payload is not None
-                and (sniffed := apis.for_payload(payload)) is not apis.UNKNOWN_API
-            ):
-                scan.adapter = sniffed
-                break
-    adapter = scan.adapter
-    scan.terminal = done
-    usage = scan.usage = UsageTracker(adapter)
-    # Bound once: this loop runs once per event of every call.
-    output_event, error_of, classify = adapter.output_event, adapter.error, adapter.event
-    output, content = scan.output, scan.content
-    non_json = 0
-    for event, payload in parsed:
+        last = (arrived, read)
+        # At most FEED_BYTES at a time, so the event limit is checked often: one read of a gzip
+        # bomb can inflate to 64 MiB, a million events.
+        for start in range(0, len(piece), FEED_BYTES):
+            events = parser.feed(piece[start : start + FEED_BYTES], arrived, read)
+            walk = _take(scan, walk, held, events) if walk is None else walk.take(events)
+            if (len(held) if walk is None else walk.count) < EVENT_LIMIT:
+                continue
+            # Stop after the slice that reached the limit; the events it completed are kept.
+            scan.capped = True
+            scan.unparsed_bytes = max(len(piece) - start - FEED_BYTES, 0) + sum(
+                len(p) for _, _, p in pieces[index + 1 :]
+            )
+            scan.note(
+                f"capped: walked the first {EVENT_LIMIT:,} events; "
+                f"{scan.unparsed_bytes:,} decoded bytes after them not parsed"
+            )
+            break
+        if scan.capped:
+            last = None
+            break
+    if last is not None:
+        events = parser.finish(*last)
+        walk = _take(scan, walk, held, events) if walk is None else walk.take(events)
+    if walk is None:
+        walk = _Walk(scan).take(held)
+    walk.close()
+
+
+def _take(
+    scan: Scan, walk: _Walk | None, held: list[SseEvent], events: list[SseEvent]
+) -> _Walk | None:
+    """Hold `events` until one's payload names the API; then walk them all and return the walk."""
+    for index, event in enumerate(events):
+        held.append(event)
+        if _is_done(event):
+            continue
+        payload = json_object(event.data)
+        if payload is not None and (sniffed := apis.for_payload(payload)) is not apis.UNKNOWN_API:
+            scan.adapter = sniffed
+            walk = _Walk(scan).take(held)
+            held.clear()
+            return walk.take(events[index + 1 :])
+    return walk
+
+
+def _is_done(event: SseEvent) -> bool:
+    # OpenAI's end marker, an SSE-level sentinel whatever the API. (Length first: a huge data
+    # field is not copied by strip() just to be compared.)
+    return len(event.data) < 32 and event.data.strip() == "[DONE]"
+
+
+class _Walk:
+    """The events of one SSE body in arrival order, once its adapter is known."""
+
+    __slots__ = (
+        "classify",
+        "count",
+        "done",
+        "error_of",
+        "non_json",
+        "output_event",
+        "scan",
+        "usage",
+    )
+
+    def __init__(self, scan: Scan) -> None:
+        adapter = scan.adapter
+        self.scan = scan
+        self.usage = scan.usage = UsageTracker(adapter)
+        # Bound once: `event` runs once per event of every call.
+        self.output_event, self.error_of, self.classify = (
+            adapter.output_event,
+            adapter.error,
+            adapter.event,
+        )
+        self.done = False
+        self.non_json = 0
+        self.count = 0  # events walked
+
+    def take(self, events: list[SseEvent]) -> _Walk:
+        self.count += len(events)
+        for event in events:
+            self.event(event)
+        return self
+
+    def event(self, event: SseEvent) -> None:
+        scan = self.scan
+        if _is_done(event):
+            # Later events (if any) are still read.
+            self.done = True
+            return
+        payload = json_object(event.data)
         if payload is None:
-            non_json += 1
+            self.non_json += 1
             if event.event == "error" and scan.error is None:
                 scan.error, scan.error_message = "error", event.data[:200] or None
-            continue
-        output_event(payload, output)
-        failure = error_of(payload)
+            return
+        self.output_event(payload, scan.output)
+        failure = self.error_of(payload)
         if failure is not None:
             # Usage may ride on the error chunk (OpenRouter's mid-stream error): keep it.
             info = Classified(
@@ -149,11 +227,11 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
                 usage=payload.get("usage"),
             )
         else:
-            info = classify(event.event, payload)
+            info = self.classify(event.event, payload)
         if info.channels:
-            content.append((event.t_ns, event.read, info.channels))
+            scan.content.append((event.t_ns, event.read, info.channels))
         if info.usage is not None:
-            usage.update(info.usage)
+            self.usage.update(info.usage)
         if info.error is None and event.event == "error":
             info_error: str | None = "error"
         else:
@@ -166,8 +244,11 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
             scan.model = info.model
         if info.note is not None:
             scan.note(info.note)
-    if non_json:
-        scan.note(f"{non_json} event(s) with non-JSON data")
+
+    def close(self) -> None:
+        self.scan.terminal = self.scan.terminal or self.done
+        if self.non_json:
+            self.scan.note(f"{self.non_json} event(s) with non-JSON data")
 
 
 def _scan_json(scan: Scan, data: bytes) -> None:
@@ -193,16 +274,19 @@ def _scan_json(scan: Scan, data: bytes) -> None:
         scan.note(info.note)
 
 
-def scan_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None]:
-    """The first cause wins: the server's status, then its error event, then the transport."""
-    kind, detail = _first_error(record, scan)
+def scan_error(
+    record: WireRecord, scan: Scan, *, capped: bool = False
+) -> tuple[str | None, str | None]:
+    """The first cause wins: the server's status, then its error event, then the transport.
+    A `capped` body's end was never read, so its missing end marker is no error."""
+    kind, detail = _first_error(record, scan, capped)
     if kind is None:
         return None, None
     # Both may quote the server or an exception: one printable line, no secrets (issue #15).
     return kind, None if detail is None else safe_text(detail, MAX_ERROR_DETAIL_CHARS)
 
 
-def _first_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None]:
+def _first_error(record: WireRecord, scan: Scan, capped: bool) -> tuple[str | None, str | None]:
     server_kind = None if scan.error is None else safe_token(scan.error)
     if record.status is not None and record.status >= 400:
         return f"http_{record.status}", server_kind
@@ -220,6 +304,7 @@ def _first_error(record: WireRecord, scan: Scan) -> tuple[str | None, str | None
         and not record.prefetched
         and not scan.terminal
         and not scan.finished
+        and not capped
     ):
         # The server ended the body cleanly but never sent the stream's end marker: a cut stream.
         return "truncated", "stream ended without its end marker"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# `\r\n` first so a pair inside one buffer is one line ending; a lone `\r` at the very end of the
-# buffer is a line ending too, and a `\n` opening the next chunk is then swallowed (see `feed`).
+# `\r\n` first so a pair inside one chunk is one line ending; a lone `\r` at the very end of a
+# chunk is a line ending too, and a `\n` opening the next chunk is then swallowed (see `feed`).
 _EOL = re.compile(rb"\r\n|\r|\n")
 _BOM = "\ufeff"
 
@@ -29,12 +29,17 @@ class SseEvent:
 
 
 class SseParser:
-    """Feed chunks in arrival order; each call returns the events the chunk completed."""
+    """Feed chunks in arrival order; each call returns the events the chunk completed.
 
-    __slots__ = ("_buf", "_data", "_event", "_has_data", "_skip_lf", "_started")
+    Linear in the input: each chunk is scanned once, only its own bytes, for line endings, and
+    the start of a line still open at its end is kept as a list of pieces, joined once when the
+    line ends. (Joining the open line to every new chunk and scanning it again made one long line
+    quadratic: a 30 MB line fed in 4 KB reads took minutes.)"""
+
+    __slots__ = ("_data", "_event", "_has_data", "_pending", "_skip_lf", "_started")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._pending: list[bytes] = []  # the open line's pieces, no line ending among them
         self._skip_lf = False
         self._started = False
         self._event = ""
@@ -49,24 +54,40 @@ class SseParser:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        buf = self._buf + chunk if self._buf else chunk
+                if not chunk:
+                    return out
+        pending = self._pending
+        # The common case of a long line: a chunk with no line ending (two C-speed scans).
+        if b"\n" not in chunk and b"\r" not in chunk:
+            pending.append(chunk)
+            return out
         pos = 0
-        for match in _EOL.finditer(buf):
-            self._line(buf[pos : match.start()], t_ns, read, out)
+        for match in _EOL.finditer(chunk):
+            if pending:
+                pending.append(chunk[pos : match.start()])
+                line = b"".join(pending)
+                pending.clear()
+            else:
+                line = chunk[pos : match.start()]
+            self._line(line, t_ns, read, out)
             pos = match.end()
-        if pos and buf[pos - 1 : pos] == b"\r":
-            # The CR may be the first half of a CRLF split across chunks.
+        if pos < len(chunk):
+            pending.append(chunk[pos:])
+        elif chunk[-1:] == b"\r":
+            # The CR ending this chunk may be the first half of a CRLF split across chunks. (A CR
+            # inside the chunk is whole: the regex has already paired it with its LF if any.)
             self._skip_lf = True
-        self._buf = buf[pos:]
         return out
 
     def finish(self, t_ns: int, read: int) -> list[SseEvent]:
         """End of input. Unlike the WHATWG algorithm, a last event that lacks its blank line is
         still dispatched: servers that close right after the final `data:` line did send it."""
         out: list[SseEvent] = []
-        if self._buf:
-            self._line(self._buf, t_ns, read, out)
-            self._buf = b""
+        if self._pending:
+            line = b"".join(self._pending)
+            self._pending.clear()
+            if line:
+                self._line(line, t_ns, read, out)
         self._line(b"", t_ns, read, out)
         return out
 
@@ -85,13 +106,19 @@ class SseParser:
             return
         if line[0] == ":":
             return  # comment (keep-alive)
-        name, sep, value = line.partition(":")
-        if sep and value[:1] == " ":
-            value = value[1:]
+        # The value is sliced once, and only for the fields kept (partition, then dropping the
+        # space, copied a long data line twice).
+        colon = line.find(":")
+        if colon < 0:
+            name, start = line, len(line)
+        else:
+            name, start = line[:colon], colon + 1
+            if line[start : start + 1] == " ":
+                start += 1
         if name == "data":
-            self._data.append(value)
+            self._data.append(line[start:])
             self._has_data = True
         elif name == "event":
-            self._event = value
+            self._event = line[start:]
         # `id` and `retry` steer reconnection, which a recorded attempt never does; other
         # field names are ignored by the spec.

@@ -1,0 +1,193 @@
+"""A hostile HTTP server on 127.0.0.1 for tests: canned misbehaviours, served per path.
+
+Owns the server (a `ThreadingHTTPServer` on a free port, in a daemon thread) and a small library
+of behaviours. A behaviour is any callable that writes one whole response to the handler's
+socket; a path serves its list of behaviours in turn, repeating the last (so a retry can meet a
+different one). Responses are HTTP/1.0 style, ended by closing the connection, so a behaviour
+never has to know its length. A client that goes away mid-response is not an error here.
+
+Add a behaviour as one more factory below returning a `Behaviour`; tests compose them:
+
+    with HostileServer({"/v1/chat/completions": [huge_line(30_000_000)]}) as server:
+        httpx2.post(server.url("/v1/chat/completions"), ...)
+
+Stdlib only; imports nothing from pytest_latency (it stands for someone else's server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+Behaviour = Callable[[BaseHTTPRequestHandler], None]
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class HostileServer:
+    """Serve `routes` (path → behaviours, served in turn, the last repeating) on 127.0.0.1."""
+
+    def __init__(self, routes: Mapping[str, Sequence[Behaviour]]) -> None:
+        self._routes = {path: list(behaviours) for path, behaviours in routes.items()}
+        self._served = dict.fromkeys(self._routes, 0)
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server._serve(self)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                server._serve(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # quiet: the tests' output is not the place for an access log
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def url(self, path: str = CHAT_PATH) -> str:
+        return self.base_url + path
+
+    def served(self, path: str) -> int:
+        """How many requests `path` has answered."""
+        return self._served.get(path, 0)
+
+    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+        path = handler.path.split("?", 1)[0]
+        behaviours = self._routes.get(path)
+        if not behaviours:
+            handler.send_error(404)
+            return
+        with self._lock:
+            index = self._served[path]
+            self._served[path] = index + 1
+        # A client that stops reading mid-response made its choice: not the server's error.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            behaviours[min(index, len(behaviours) - 1)](handler)
+
+    def __enter__(self) -> HostileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+
+
+# ---- behaviours ----------------------------------------------------------------------------------
+
+
+def chat_event(content: str) -> bytes:
+    """One OpenAI chat chunk carrying `content`, as an SSE event."""
+    payload = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": content}}],
+    }
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+CHAT_END = (
+    b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},'
+    b'"finish_reason":"stop"}]}\n\n'
+    b'data: {"object":"chat.completion.chunk","choices":[],'
+    b'"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def stream(
+    pieces: Callable[[], Iterable[bytes]],
+    *,
+    content_type: str = "text/event-stream",
+    headers: Mapping[str, str] | None = None,
+) -> Behaviour:
+    """A 200 whose body is `pieces()`, each written and flushed as it comes; the body ends when
+    the server closes the connection."""
+
+    def behave(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("content-type", content_type)
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.send_header("connection", "close")
+        handler.end_headers()
+        for piece in pieces():
+            handler.wfile.write(piece)
+            handler.wfile.flush()
+
+    return behave
+
+
+def huge_line(size: int, piece: int = 65_536) -> Behaviour:
+    """A chat stream whose second event is one `size`-byte line (a content delta of "x"s),
+    written in `piece`-byte writes, then a normal end."""
+
+    def pieces() -> Iterator[bytes]:
+        yield chat_event("")
+        yield b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
+        block = b"x" * piece
+        for _ in range(size // piece):
+            yield block
+        yield b"x" * (size % piece) + b'"}}]}\n\n'
+        yield CHAT_END
+
+    return stream(pieces)
+
+
+def endless(seconds: float, event: bytes | None = None, burst: int = 64) -> Behaviour:
+    """A chat stream that sends `event` as fast as it can (`burst` events a write) and never
+    ends by itself; after `seconds` the server gives up and closes."""
+    one = event if event is not None else chat_event("tok ")
+
+    def pieces() -> Iterator[bytes]:
+        block = one * burst
+        deadline = time.monotonic() + seconds
+        yield chat_event("")
+        while time.monotonic() < deadline:
+            yield block
+
+    return stream(pieces)
+
+
+def gzip_bomb(decoded_size: int, event: bytes | None = None) -> Behaviour:
+    """A gzip-encoded chat stream that inflates to `decoded_size` bytes of `event`s (a few
+    hundred kB on the wire), compressed as it is sent."""
+    one = event if event is not None else chat_event("x")
+
+    def pieces() -> Iterator[bytes]:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        block = one * max(1, 1_048_576 // len(one))
+        sent = 0
+        for _ in itertools.count():
+            if sent >= decoded_size:
+                break
+            out = packer.compress(block)
+            sent += len(block)
+            if out:
+                yield out
+        yield packer.compress(CHAT_END) + packer.flush()
+
+    return stream(pieces, headers={"content-encoding": "gzip"})

@@ -1,0 +1,141 @@
+"""What one call keeps (docs/metrics.md, "What a call keeps"): capture's keep limit, the decoded
+limit and the event limit, each in isolation with small limits; tests/test_hostile.py drives the
+real defaults through a hostile server."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+from test_metrics import CHAT_URL, MS, T0, chat_chunk, chat_text_stream, make_record
+
+from pytest_latency.capture import _stream
+from pytest_latency.metrics import CallMetrics, _scan, call_metrics
+from pytest_latency.metrics._body import decode_reads
+from pytest_latency.wire import READ_COST, WireRecord
+
+
+def _record(limit: int) -> WireRecord:
+    return WireRecord("POST", CHAT_URL, b"{}", 0, keep_limit=limit)
+
+
+CHUNKS = [bytes([65 + i]) * 100 for i in range(10)]
+# Three whole reads and 50 bytes of the fourth fit.
+LIMIT = 3 * (100 + READ_COST) + READ_COST + 50
+
+
+def _check_capped(record: WireRecord) -> None:
+    assert [data for _, _, data in record.reads] == [*CHUNKS[:3], CHUNKS[3][:50]]
+    assert record.capped and record.dropped_reads == 6 and record.dropped_bytes == 50 + 600
+    assert record.t_dropped_ns is not None and record.t_dropped_ns > record.reads[-1][1]
+
+
+def test_timed_body_keeps_up_to_the_limit_and_counts_the_rest() -> None:
+    record = _record(LIMIT)
+    clock = itertools.count(1_000, 1_000).__next__
+    body = _stream.TimedBody(CHUNKS, record, clock)
+    assert list(body) == CHUNKS  # the consumer gets every byte
+    _check_capped(record)
+    assert record.t_eof_ns is not None
+
+
+def test_async_timed_body_keeps_up_to_the_limit() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in CHUNKS:
+            yield chunk
+
+    async def read_all(record: WireRecord) -> list[bytes]:
+        clock = itertools.count(1_000, 1_000).__next__
+        return [c async for c in _stream.AsyncTimedBody(chunks(), record, clock)]
+
+    record = _record(LIMIT)
+    assert asyncio.run(read_all(record)) == CHUNKS
+    _check_capped(record)
+
+
+def test_read_ahead_keeps_up_to_the_limit() -> None:
+    record = _record(LIMIT)
+    assert list(_stream.ReadAhead(CHUNKS, record, itertools.count(1_000, 1_000).__next__)) == (
+        CHUNKS
+    )
+    _check_capped(record)
+
+
+def test_prefetched_body_is_kept_up_to_the_limit() -> None:
+    record = _record(READ_COST + 10)
+    _stream.note_prefetched(record, b"x" * 100, itertools.count(1_000, 1_000).__next__)
+    assert record.reads[0][2] == b"x" * 10 and record.dropped_bytes == 90
+    assert record.dropped_reads == 0 and record.capped
+
+
+def test_under_the_limit_nothing_is_flagged() -> None:
+    record = _record(10 * (100 + READ_COST))
+    list(_stream.TimedBody(CHUNKS, record, itertools.count(1_000, 1_000).__next__))
+    assert len(record.reads) == 10 and not record.capped
+
+
+def test_a_capped_call_keeps_its_timing_up_to_the_limit() -> None:
+    whole = make_record(CHAT_URL, chat_text_stream())
+    # What capture keeps with the limit inside the third content chunk: the first three reads,
+    # part of the fourth; the two after it are counted and their last stamp kept.
+    kept = [*whole.reads[:3], (*whole.reads[3][:2], whole.reads[3][2][:20])]
+    dropped = whole.reads[4:]
+    capped = replace(
+        whole,
+        reads=kept,
+        dropped_bytes=len(whole.reads[3][2]) - 20 + sum(len(r[2]) for r in dropped),
+        dropped_reads=len(dropped),
+        t_dropped_ns=dropped[-1][1],
+        t_eof_ns=None,
+    )
+    full, cut = call_metrics(whole), call_metrics(capped)
+    assert not full.capped and cut.capped
+    assert cut.ttft == full.ttft and cut.itl == full.itl[:1]
+    assert cut.content_events == 2 and cut.dropped_reads == 2
+    assert cut.dropped_bytes == capped.dropped_bytes
+    assert cut.error is None  # no end marker was kept, but the call was not cut: no `truncated`
+    assert cut.tpot is None and cut.output_tokens is None  # the usage chunk was past the limit
+    assert cut.t_end_ns == dropped[-1][1]
+    assert any(n.startswith("capped: kept the first") for n in cut.notes)
+    # The plain-data form carries the flag and the counts; older data (without them) still reads.
+    assert CallMetrics.from_dict(cut.to_dict()) == cut
+    assert "capped" not in full.to_dict()
+
+
+def test_a_gzip_bomb_stops_inflating_at_the_decoded_limit() -> None:
+    bomb = gzip.compress(b"data: " + b"0" * 1_000_000 + b"\n\n", 9)
+    reads = [(0, i, bomb[j : j + 300]) for i, j in enumerate(range(0, len(bomb), 300))]
+    body = decode_reads(reads, "gzip", limit=10_000)
+    assert body.capped and len(body.data) == 10_000
+    assert 0 < body.undecoded_bytes < len(bomb)
+    whole = decode_reads(reads, "gzip", limit=2_000_000)
+    assert not whole.capped and len(whole.data) == 1_000_008
+
+
+def test_a_gzip_bomb_call_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A small decoded limit, through the call's own path.
+    monkeypatch.setattr(
+        "pytest_latency.metrics._call.decode_reads",
+        lambda reads, encoding: decode_reads(reads, encoding, limit=10_000),
+    )
+    events = b"".join(chat_chunk({"content": "x" * 50}) for _ in range(2_000))
+    packed = gzip.compress(events)
+    record = make_record(CHAT_URL, [(100, packed)], content_encoding="gzip")
+    m = call_metrics(record)
+    assert m.capped and m.dropped_bytes > 0 and m.error is None
+    assert 0 < m.content_events < 2_000
+    assert any(n.startswith("capped: inflating stopped") for n in m.notes)
+
+
+def test_the_event_walk_stops_at_the_event_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_scan, "EVENT_LIMIT", 10)
+    chunks = [(100 + i, chat_chunk({"content": "x"}) * 4) for i in range(10)]
+    m = call_metrics(make_record(CHAT_URL, chunks))
+    # The read that reached the limit is walked whole: 12 events; the rest is not parsed.
+    assert m.capped and m.content_events == 12 and m.error is None
+    assert m.e2e == (T0 + 102 * MS - T0) / 1000
+    assert any(n.startswith("capped: walked the first 10 events") for n in m.notes)
