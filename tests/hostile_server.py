@@ -191,3 +191,34 @@ def gzip_bomb(decoded_size: int, event: bytes | None = None) -> Behaviour:
         yield packer.compress(CHAT_END) + packer.flush()
 
     return stream(pieces, headers={"content-encoding": "gzip"})
+
+
+def events(*payloads: Mapping[str, Any] | str, event: str | None = None) -> Behaviour:
+    """A stream of these SSE payloads (a str is sent as the data line as it is: `[DONE]`, or
+    JSON a test wrote by hand, such as a 400-digit token count)."""
+
+    def pieces() -> Iterator[bytes]:
+        for payload in payloads:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            head = f"event: {event}\n" if event else ""
+            yield f"{head}data: {data}\n\n".encode()
+
+    return stream(pieces)
+
+
+def echo_headers(status: int = 401) -> Behaviour:
+    """An error whose message quotes every request header, API key included, as careless
+    gateways do ("Invalid key: Bearer sk-..."), with control characters in its type."""
+
+    def behave(handler: BaseHTTPRequestHandler) -> None:
+        quoted = "; ".join(f"{k}: {v}" for k, v in handler.headers.items())
+        body = json.dumps(
+            {"error": {"type": "auth\n::error::forged\x1b[2J", "message": f"rejected {quoted}"}}
+        ).encode()
+        handler.send_response(status)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return behave

@@ -390,3 +390,83 @@ def test_the_first_content_event_found_buffered_after_the_consumer_was_away_flag
     # A prompt consumer: nothing to flag.
     prompt = call_metrics(_chat_reads([0.1, 0.2], [2.0, 5.0]))
     assert not prompt.consumer_bound
+
+
+# ---- the same through a whole run against a hostile server and the real openai SDK -------------
+
+INNER_HOSTILE = """
+import openai, pytest
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+@pytest.mark.latency(samples=2)
+def test_huge_usage(openai_client):
+    for _ in openai_client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+        pass
+
+def test_echoed_key(openai_client):
+    with pytest.raises(openai.APIStatusError):
+        openai_client.chat.completions.create(model="m", messages=MESSAGES)
+
+@pytest.mark.latency("error_rate < 1%", samples=1)
+def test_injected_error_type(openai_client):
+    with pytest.raises(Exception):
+        for _ in openai_client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+            pass
+"""
+
+
+@pytest.mark.slow
+def test_a_hostile_server_breaks_nothing_in_a_whole_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Malformed usage, an error quoting the API key, an error type carrying a forged GitHub
+    workflow command: every test runs, every output is written, no key and no control
+    character reaches any of them (issue #15, items 1, 3 and 5)."""
+    from hostile_server import HostileServer, echo_headers, events
+
+    chunk = '{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}'
+    huge = '{"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,' + (
+        f'"completion_tokens":{HUGE},"total_tokens":9}}}}'
+    )
+    forged = {"type": "error", "error": {"type": "overloaded\n::error file=INJECTED.py::forged\n"
+                                          "::add-mask::x\x1b[2J", "message": "m"}}  # fmt: skip
+    paths = "/v1/chat/completions"
+    routes = {
+        paths: [
+            events(chunk, huge, "[DONE]"),
+            events(chunk, huge, "[DONE]"),
+            echo_headers(),
+            events(chunk, forged),
+        ]
+    }
+    pytester.makepyfile(test_inner=INNER_HOSTILE)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv(
+        "GITHUB_ACTIONS", "true"
+    )  # annotations on: the ::error lines a forgery aims at
+    with HostileServer(routes) as server:
+        result = pytester.runpytest_subprocess(
+            f"--latency-openai-base-url={server.base_url}/v1",
+            "--latency-json=out.json",
+            "--latency-report=out.html",
+            "--latency-markdown=out.md",
+            "-p",
+            "no:randomly",
+        )
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "OverflowError" not in output
+    result.assert_outcomes(passed=2, failed=1)  # the error budget fails on the injected error
+    assert KEY not in output
+    # A workflow command counts only at the start of a line: no server text may begin one.
+    starts = [line.lstrip() for line in output.splitlines()]
+    assert not any(line.startswith(("::add-mask", "::error file=INJECTED")) for line in starts)
+    assert "\x1b[2J" not in output
+    for name in ("out.json", "out.html", "out.md"):
+        text = Path(pytester.path, name).read_text(encoding="utf-8")
+        assert KEY not in text and "\x1b" not in text and "INJECTED.py::forged\\n" not in text, name
+    data = json.loads(Path(pytester.path, "out.json").read_text(encoding="utf-8"))
+    by_name = {t["nodeid"].rsplit("::", 1)[1]: t for t in data["tests"]}
+    assert set(by_name["test_huge_usage"]["errors"]) == {"bad_usage"}
+    kinds = list(by_name["test_injected_error_type"]["errors"])
+    assert len(kinds) == 1 and kinds[0].startswith("sse_error:overloaded_::error"), kinds
