@@ -92,3 +92,50 @@ def test_an_early_break_is_still_incomplete(sim: SimServer) -> None:
         stream.close()
     (call,) = recording.calls()
     assert call.final.incomplete is True and call.final.error is None
+
+
+def test_a_stream_still_reading_when_the_test_ends_is_cut_off_visibly() -> None:
+    """A thread nobody joined still streams after the test's body returned (issue #14, item
+    10): its call is measured up to the end of the test and recorded as `outlived_test` (an
+    error, so budgets see it), not frozen mid-flight as if it were a short success; and what
+    the thread reads later changes nothing."""
+    import threading
+    import time
+
+    model = LatencyModel.preset("instant").replace(output_tokens=20, decode_ms_per_token=40.0)
+    with SimServer(model, port=0) as server:
+        recording = Recording("t")
+        client = instrument(
+            openai.OpenAI(base_url=server.openai_base_url, api_key="k"), sink=recording.sink
+        )
+
+        def stream() -> None:
+            for _ in client.chat.completions.create(model="m", messages=OAI, stream=True):
+                pass
+
+        thread = threading.Thread(target=stream)
+        thread.start()
+        time.sleep(0.3)  # the test's body ends with the stream ~7 of 20 tokens in
+        (call,) = recording.report().calls
+        thread.join()
+        client.close()
+    final = call.final
+    assert final.error == "outlived_test" and final.failed
+    assert final.e2e is not None and final.e2e < 600_000  # up to the cut, not the whole 800 ms
+    assert 2 <= final.content_events < 20
+    (later,) = recording.calls()
+    assert later.final == final  # the reads after the cut are not counted
+
+
+def test_a_stream_left_open_after_a_break_is_incomplete_not_cut_off(sim: SimServer) -> None:
+    recording = Recording("t")
+    client = instrument(
+        openai.OpenAI(base_url=sim.openai_base_url, api_key="k"), sink=recording.sink
+    )
+    stream = client.chat.completions.create(model="m", messages=OAI, stream=True)
+    for _ in stream:
+        break  # left open: no one is reading
+    (call,) = recording.report().calls
+    assert call.final.error is None and call.final.incomplete
+    stream.close()
+    client.close()

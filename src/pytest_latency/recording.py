@@ -31,8 +31,14 @@ __all__ = ["OUTSIDE", "LatencyRecorder", "Measured", "Recording"]
 
 
 def _finished(record: WireRecord) -> bool:
-    # Nothing more is stamped on a record once its body ended, it closed or it failed.
-    return record.t_eof_ns is not None or record.t_closed_ns is not None or record.error is not None
+    # Nothing more is stamped on a record once its body ended, it closed or it failed; and a
+    # record cut off by its test's end is measured as it was then, whatever it does later.
+    return (
+        record.t_eof_ns is not None
+        or record.t_closed_ns is not None
+        or record.error is not None
+        or record.t_cut_ns is not None
+    )
 
 
 def _settled(metrics: CallMetrics, record: WireRecord) -> bool:
@@ -190,6 +196,14 @@ class Recording:
         as reported."""
         entries = self.entries[self.reported :]  # copies: threads may still append
         manual = self.manual[self.reported_manual :]
+        # An attempt still reading now outlives the test's body (a thread or task nobody
+        # joined): it is measured up to this moment and recorded as cut off (issue #14). An
+        # abandoned stream (a `break` with the stream left open) is not reading: incomplete.
+        now = time.perf_counter_ns()
+        for entry in entries:
+            record = entry.record
+            if record.t_cut_ns is None and record.reading:
+                record.t_cut_ns = now
         self.reported += len(entries)
         self.reported_manual += len(manual)
         if self.reported == len(entries) and self._grouped_upto == len(entries):

@@ -108,6 +108,20 @@ class WireRecord:
     dropped_bytes: int = 0
     dropped_reads: int = 0
     t_dropped_ns: int | None = None
+    # When the consumer last asked for a chunk (a read later than the last arrival is in flight),
+    # and, for an attempt still reading when its test's body ended, that moment: the call is
+    # then measured up to it and recorded as cut off by the test's end.
+    t_asked_ns: int | None = None
+    t_cut_ns: int | None = None
+
+    @property
+    def reading(self) -> bool:
+        """A read is in flight: the consumer asked and nothing has arrived since."""
+        asked = self.t_asked_ns
+        if asked is None or self.t_eof_ns is not None or self.error is not None:
+            return False
+        last = self.reads[-1][1] if self.reads else self.t_headers_ns
+        return last is None or asked > last
 
     @property
     def complete(self) -> bool:

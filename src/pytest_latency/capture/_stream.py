@@ -174,7 +174,8 @@ class TimedBody:
         room, cost = record.keep_limit, READ_COST
         try:
             while True:
-                asked = clock()
+                # Stored as well: a read still in flight when the test ends is seen (+1 store).
+                record.t_asked_ns = asked = clock()
                 try:
                     chunk = next(chunks)
                 except StopIteration:
@@ -215,7 +216,8 @@ class AsyncTimedBody:
         room, cost = record.keep_limit, READ_COST
         try:
             while True:
-                asked = clock()
+                # Stored as well: a read still in flight when the test ends is seen (+1 store).
+                record.t_asked_ns = asked = clock()
                 try:
                     chunk = await chunks.__anext__()
                 except StopAsyncIteration:

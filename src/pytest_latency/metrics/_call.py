@@ -239,6 +239,12 @@ def call_metrics(record: WireRecord) -> CallMetrics:
 
 
 def _call_metrics(record: WireRecord) -> CallMetrics:
+    if record.t_cut_ns is not None:
+        # Cut off by its test's end: what had arrived by then, whatever the thread did later.
+        cut = record.t_cut_ns
+        record = replace(
+            record, reads=[r for r in record.reads if r[1] <= cut], t_eof_ns=None, error=None
+        )
     t0 = record.t_start_ns
     endpoint, host = _split_url(record.url)
     payload = _json_object(record.request_body)

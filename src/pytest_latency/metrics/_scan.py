@@ -293,6 +293,8 @@ def _first_error(record: WireRecord, scan: Scan, capped: bool) -> tuple[str | No
     if server_kind is not None:
         prefix = "sse_error" if scan.streamed else "body_error"
         return f"{prefix}:{server_kind}", scan.error_message
+    if record.t_cut_ns is not None:
+        return "outlived_test", "still streaming when the test's body ended; measured up to then"
     if record.error is not None:
         return safe_token(record.error), record.error_message
     if scan.usage is not None and scan.usage.rejected is not None:
