@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
@@ -327,3 +328,52 @@ def test_the_flagged_option_and_ini_key_are_validated(tester: pytest.Pytester) -
     result.stderr.fnmatch_lines(["*latency_flagged = 'drop'*not valid*"])
     tester.makeini(f"{INI}latency_flagged = exclude\n")
     tester.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_late_loop_whose_thread_did_not_run_is_a_busy_machine_not_a_saturated_client() -> None:
+    """Under CPU contention the loop wakes up late because the process waited for a CPU, not
+    because the test's code kept the loop busy (issue #14, item 11): the monitor records the
+    loop thread's own CPU time over each sleep, and only that part can saturate the client."""
+    ms = 1_000_000
+    for own_ms, saturated in ((120, True), (5, False)):
+        log = LoopLag(10 * ms)
+        log.add(150 * ms, 120 * ms, own_ms * ms)
+        record = _record(100 * ms)
+        record.t_eof_ns = 200 * ms
+        record.loop_lag = log
+        m = call_metrics(record)
+        assert m.loop_lag_max_ms == 120.0  # the stamps' possible error, whatever the cause
+        assert m.client_saturated is saturated
+        assert any(n.startswith("cpu_starved") for n in m.notes) is not saturated, m.notes
+
+
+def test_the_monitor_measures_the_loop_s_own_work() -> None:
+    """A loop blocked by its own CPU work shows it as its own; a loop sleeping in a blocking
+    call that uses no CPU (time.sleep) does not."""
+    import time
+
+    from pytest_latency.capture import _stream
+
+    async def main(block: Callable[[], object]) -> LoopLag | None:
+        record = _record(time.perf_counter_ns())
+        _stream.watch_loop(record, time.perf_counter_ns)
+        await asyncio.sleep(0.015)
+        block()  # 80 ms without yielding to the loop
+        await asyncio.sleep(0.03)
+        record.t_eof_ns = time.perf_counter_ns()
+        return record.loop_lag
+
+    def burn() -> None:  # 80 ms of this thread's CPU, however long a busy machine takes
+        end = time.thread_time() + 0.08
+        while time.thread_time() < end:
+            pass
+
+    for block, own in ((burn, True), (lambda: time.sleep(0.08), False)):
+        log = asyncio.run(main(block))
+        assert log is not None
+        worst = max(range(len(log)), key=lambda i: log.lates_ns[i])
+        assert log.lates_ns[worst] > 50_000_000
+        if own:
+            assert log.owns_ns[worst] > 60_000_000, (log.owns_ns[worst], log.lates_ns[worst])
+        else:
+            assert log.owns_ns[worst] < 20_000_000, (log.owns_ns[worst], log.lates_ns[worst])

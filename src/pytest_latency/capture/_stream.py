@@ -368,15 +368,17 @@ class LagMonitor:
         self.inflight.append(record)
 
     async def _run(self, log: LoopLag) -> None:
-        clock = time.perf_counter_ns
+        clock, cpu = time.perf_counter_ns, time.thread_time_ns
         tick_s = LAG_TICK_NS / 1e9
         ticks = 0
         try:
             while True:
-                before = clock()
+                before, ran = clock(), cpu()
                 await asyncio.sleep(tick_s)
                 woke = clock()
-                log.add(woke, woke - before - LAG_TICK_NS)
+                # The loop thread's CPU time over the sleep: the part of a late wake-up that
+                # was the loop's own work, not the process waiting for a CPU.
+                log.add(woke, woke - before - LAG_TICK_NS, cpu() - ran)
                 ticks += 1
                 if ticks % LAG_SCAN_TICKS == 0:
                     self.inflight = [r for r in self.inflight if not finished(r)]

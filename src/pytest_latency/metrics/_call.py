@@ -298,7 +298,16 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     output_pieces = scan.output.pieces()
     out_shingles, out_digests = output_print(output_pieces)
     t_end = _t_end(record)
-    lag_ms = None if record.loop_lag is None else _loop_lag_max_ms(record.loop_lag, t0, t_end)
+    lags = None if record.loop_lag is None else _loop_lag_max_ms(record.loop_lag, t0, t_end)
+    lag_ms, own_lag_ms = lags if lags is not None else (None, None)
+    if lag_ms is not None and own_lag_ms is not None and own_lag_ms <= SATURATED_LAG_MS < lag_ms:
+        # Late, but not from the loop's own work: the machine (or another thread holding the
+        # GIL) kept the process off the CPU. The client did not saturate; its stamps still
+        # carry the wait, so say it.
+        scan.note(
+            f"cpu_starved: the event loop woke up to {lag_ms:.0f} ms late while this process "
+            f"waited for a CPU (its own work explains {own_lag_ms:.0f} ms): a busy machine"
+        )
     limit = record.text_limit
     channels: list[str] = []
     for _, _, chs in content:
@@ -352,7 +361,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         output_shingles=out_shingles,
         output_digests=out_digests,
         loop_lag_max_ms=lag_ms,
-        client_saturated=lag_ms is not None and lag_ms > SATURATED_LAG_MS,
+        client_saturated=own_lag_ms is not None and own_lag_ms > SATURATED_LAG_MS,
         prompt_text=prompt_text(payload)[:limit] if limit > 0 and payload is not None else None,
         output_text="".join(output_pieces)[:limit] if limit > 0 else None,
     )
@@ -364,12 +373,14 @@ def _model_name(name: str | None) -> str | None:
     return None if name is None else safe_token(name, 120) or None
 
 
-def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> float | None:
-    """The worst lateness of a wake-up whose late span overlaps [t_start, t_end]: a wake-up at w
-    that was l late means the loop could not run from w − l to w. None when no wake-up fell in
-    the window (a call shorter than one tick, or a loop that stopped)."""
-    wakes, lates = log.wakes_ns, log.lates_ns
+def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, float] | None:
+    """The worst lateness of a wake-up whose late span overlaps [t_start, t_end], and the worst
+    of what the loop's own work explains (ms): a wake-up at w that was l late means the loop
+    could not run from w − l to w. None when no wake-up fell in the window (a call shorter than
+    one tick, or a loop that stopped)."""
+    wakes, lates, owns = log.wakes_ns, log.lates_ns, log.owns_ns
     worst: int | None = None
+    worst_own = 0
     index = bisect.bisect_left(wakes, t_start)
     while index < len(wakes):
         woke, late = wakes[index], max(lates[index], 0)
@@ -377,8 +388,9 @@ def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> float | None:
             # Ticks are back to back: once a late span starts after the call, all later ones do.
             break
         worst = late if worst is None else max(worst, late)
+        worst_own = max(worst_own, owns[index])
         index += 1
-    return None if worst is None else worst / 1e6
+    return None if worst is None else (worst / 1e6, worst_own / 1e6)
 
 
 def _split_url(url: str) -> tuple[str, str]:
