@@ -470,3 +470,27 @@ def test_a_hostile_server_breaks_nothing_in_a_whole_run(
     assert set(by_name["test_huge_usage"]["errors"]) == {"bad_usage"}
     kinds = list(by_name["test_injected_error_type"]["errors"])
     assert len(kinds) == 1 and kinds[0].startswith("sse_error:overloaded_::error"), kinds
+
+
+def test_a_stream_that_is_not_utf8_is_a_failed_call_as_the_sdk_says() -> None:
+    """The openai SDK raises UnicodeDecodeError on a line that is not UTF-8; the call it
+    failed is an error here too, not a success (issue #14, item 9)."""
+    import openai
+    from hostile_server import CHAT_PATH, HostileServer, stream
+
+    head = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
+    good, bad = head + b'Hi"}}]}\n\n', head + b'\xff\xfe"}}]}\n\n'
+    recording = Recording("t")
+    with HostileServer({CHAT_PATH: [stream(lambda: [good, bad, b"data: [DONE]\n\n"])]}) as server:
+        client = instrument(
+            openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k", max_retries=0),
+            sink=recording.sink,
+        )
+        with client, pytest.raises(UnicodeDecodeError):
+            for _ in client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}], stream=True
+            ):
+                pass
+    (call,) = recording.calls()
+    assert call.final.error == "bad_encoding" and call.final.failed
+    assert call.final.ttft is not None  # what arrived before it is still measured

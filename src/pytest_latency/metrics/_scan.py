@@ -47,6 +47,7 @@ class Scan:
     # The walk stopped at `wire.EVENT_LIMIT` events: how many decoded bytes were left unparsed.
     capped: bool = False
     unparsed_bytes: int = 0
+    invalid_utf8_lines: int = 0  # SSE lines that were not UTF-8 (the SDKs raise on them)
     notes: list[str] = field(default_factory=list)
     output: OutputText = field(default_factory=OutputText)
 
@@ -145,6 +146,7 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
     if walk is None:
         walk = _Walk(scan).take(held)
     walk.close()
+    scan.invalid_utf8_lines = parser.invalid_lines
 
 
 def _take(
@@ -297,6 +299,10 @@ def _first_error(record: WireRecord, scan: Scan, capped: bool) -> tuple[str | No
         return "outlived_test", "still streaming when the test's body ended; measured up to then"
     if record.error is not None:
         return safe_token(record.error), record.error_message
+    if scan.invalid_utf8_lines:
+        # The SDKs decode every line as UTF-8 and raise UnicodeDecodeError: the application
+        # got an exception, whatever arrived (issue #14, item 9).
+        return "bad_encoding", f"{scan.invalid_utf8_lines} line(s) of the stream not valid UTF-8"
     if scan.usage is not None and scan.usage.rejected is not None:
         return "bad_usage", f"usage dropped: {scan.usage.rejected}"
     if (

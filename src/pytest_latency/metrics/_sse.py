@@ -36,7 +36,15 @@ class SseParser:
     line ends. (Joining the open line to every new chunk and scanning it again made one long line
     quadratic: a 30 MB line fed in 4 KB reads took minutes.)"""
 
-    __slots__ = ("_data", "_event", "_has_data", "_pending", "_skip_lf", "_started")
+    __slots__ = (
+        "_data",
+        "_event",
+        "_has_data",
+        "_pending",
+        "_skip_lf",
+        "_started",
+        "invalid_lines",
+    )
 
     def __init__(self) -> None:
         self._pending: list[bytes] = []  # the open line's pieces, no line ending among them
@@ -45,6 +53,9 @@ class SseParser:
         self._event = ""
         self._data: list[str] = []
         self._has_data = False
+        # Lines that were not valid UTF-8 (read with U+FFFD in their place): the SDKs raise
+        # UnicodeDecodeError on them, so the caller treats the call as failed.
+        self.invalid_lines = 0
 
     def feed(self, chunk: bytes, t_ns: int, read: int) -> list[SseEvent]:
         out: list[SseEvent] = []
@@ -92,7 +103,11 @@ class SseParser:
         return out
 
     def _line(self, raw: bytes, t_ns: int, read: int, out: list[SseEvent]) -> None:
-        line = raw.decode("utf-8", "replace")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.invalid_lines += 1
+            line = raw.decode("utf-8", "replace")
         if not self._started:
             self._started = True
             if line.startswith(_BOM):
