@@ -71,7 +71,7 @@ def test_a_fifo_is_written_in_place(tmp_path: Path) -> None:
     fifo = tmp_path / "report.fifo"
     os.mkfifo(fifo)
     received: list[str] = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
     reader.start()
     write_atomic(fifo, "through the pipe")
     reader.join(timeout=10)
