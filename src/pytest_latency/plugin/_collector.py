@@ -2,12 +2,12 @@
 
 Owns `LatencyCollector`, a plugin object registered only on the controller (pytest's junitxml
 `LogXML` shape). Each test's data reaches it from the tracker's logreport hook, from this process
-or, forwarded by pytest-xdist, from workers, in whatever order. After the run loop it
-judges the `[session]` budgets over every kept call and fails the run on a miss. For the session
-SIGTERM interrupts the run as Ctrl-C does (`_signals`); the result file is marked partial when the
-run was interrupted or a pytest-xdist worker went down with an error (its current test's
-measurements are lost); an output that could not be written is reported with its path and makes
-a run that would have passed exit with status 3 (pytest's INTERNAL_ERROR).
+or, forwarded by pytest-xdist, from workers, in whatever order. After the run loop it judges the
+`[session]` budgets over every kept call and fails the run on a miss. When files will be written,
+SIGTERM interrupts the session as Ctrl-C does (`_signals`); the result file is marked partial
+when the run was interrupted or a pytest-xdist worker went down with an error (its current
+test's measurements are lost); an output that could not be written is reported with its path
+and makes a run that would have passed exit with status 3 (pytest's INTERNAL_ERROR).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class LatencyCollector:
             self._builder.add(test)
 
     def pytest_sessionstart(self) -> None:
-        self._run.restore_sigterm = interrupt_on_sigterm()
+        if self._builder is not None:  # only a run that writes files has anything to save
+            self._run.restore_sigterm = interrupt_on_sigterm()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: object, error: object | None) -> None:
