@@ -259,3 +259,47 @@ def test_compare_p_values_are_those_of_the_values_the_histograms_hold() -> None:
             for r in (head, base)
         ]
         assert p_value == stats.mann_whitney_u(*expanded, alternative="greater").p_value, metric
+
+
+def _limit_file_size(limit: int) -> None:
+    # In the child only: a write past `limit` bytes fails with EFBIG, as on a full disk.
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_write_failure_names_the_file_keeps_the_old_one_and_exits_2(
+    shards: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`ulimit -f 20`: the report is larger than 20 KB."""
+    import subprocess
+    import sys
+
+    html = tmp_path / "r.html"
+    html.write_text("the old report")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_latency.cli", "report", str(shards[0]), "-o", str(html)],
+        preexec_fn=lambda: _limit_file_size(20 * 1024),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"pytest-latency: error: {html}: cannot write: File too large\n"
+    assert html.read_text() == "the old report"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_full_disk_is_one_line_naming_the_output(
+    shards: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = tmp_path / "all.json"
+    full.symlink_to("/dev/full")  # every write: ENOSPC
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(full)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-latency: error: {full}: cannot write: No space left on device\n"
+    )
+    diff = tmp_path / "diff.md"
+    diff.symlink_to("/dev/full")
+    assert main(["compare", str(shards[0]), str(shards[1]), "-o", str(diff)]) == 2
+    assert f"{diff}: cannot write: No space left on device" in capsys.readouterr().err

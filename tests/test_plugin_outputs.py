@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,125 @@ def test_an_unwritable_directory_is_a_usage_error(tester: pytest.Pytester) -> No
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+def test_outputs_to_a_symlink_a_device_and_a_fifo_keep_them_what_they_are(
+    tester: pytest.Pytester,
+) -> None:
+    (tester.path / "real").mkdir()
+    (tester.path / "real/r.json").write_text("old")
+    (tester.path / "r.json").symlink_to(tester.path / "real/r.json")
+    (tester.path / "null.html").symlink_to("/dev/null")
+    fifo = tester.path / "summary.fifo"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
+    reader.start()
+    result = tester.runpytest(
+        "--latency-sim=instant",
+        "--latency-json=r.json",
+        "--latency-report=null.html",
+        f"--latency-markdown={fifo.name}",
+    )
+    reader.join(timeout=30)
+    result.assert_outcomes(passed=10)
+    assert result.ret == pytest.ExitCode.OK
+    assert (tester.path / "r.json").is_symlink()
+    assert len(_load(tester.path / "real/r.json")["tests"]) == 10
+    assert (tester.path / "null.html").is_symlink()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert len(received) == 1 and "test\\_chat\\[5\\]" in received[0]
+    assert not list(tester.path.rglob("*.tmp"))
+
+
+def test_a_failed_output_is_reported_and_costs_no_other(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under the HTML report: the result file, the Markdown and the step summary
+    are still written; the failure names its option and path; a passing run exits 3."""
+    (tester.path / "full.html").symlink_to("/dev/full")  # every write: ENOSPC
+    summary = tester.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    result = tester.runpytest(
+        "--latency-sim=instant",
+        "--latency-json=r.json",
+        "--latency-report=full.html",
+        "--latency-markdown=r.md",
+    )
+    result.assert_outcomes(passed=10)
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    failure = "--latency-report=full.html: cannot write: No space left on device"
+    result.stdout.fnmatch_lines(
+        [f"pytest-latency: {failure}", f"::error title=pytest-latency::{failure}"]
+    )
+    assert len(_load(tester.path / "r.json")["tests"]) == 10
+    assert "all 6 latency budgets passed" in (tester.path / "r.md").read_text()
+    assert "all 6 latency budgets passed" in summary.read_text()
+    assert (tester.path / "full.html").is_symlink()
+
+
+def test_a_failed_output_keeps_a_failing_runs_own_exit_status(tester: pytest.Pytester) -> None:
+    tester.makepyfile(test_inner_fails="def test_fails():\n    assert False\n")
+    (tester.path / "full.json").symlink_to("/dev/full")
+    result = tester.runpytest("--latency-sim=instant", "--latency-json=full.json")
+    result.assert_outcomes(passed=10, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["pytest-latency: --latency-json=full.json: cannot write: *"])
+
+
+def _limit_file_size(limit: int) -> None:
+    # In the child only: a write past `limit` bytes fails with EFBIG (Python ignores SIGXFSZ),
+    # as a full disk makes it fail with ENOSPC.
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_file_size_limit_under_the_report_keeps_the_old_one_and_leaves_no_temporary_file(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        test_inner_small="""
+        import pytest
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_call(openai_client, i):
+            openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}])
+        """
+    )
+    (tester.path / "r.html").write_text("the old report")
+    # The result file of three tests is about 16 KB, their report about 33 KB.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_inner_small.py",
+            "--latency-sim=instant",
+            "--latency-json=r.json",
+            "--latency-report=r.html",
+            "--latency-markdown=r.md",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=tester.path,
+        preexec_fn=lambda: _limit_file_size(24_000),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == pytest.ExitCode.INTERNAL_ERROR, done.stdout + done.stderr
+    assert "3 passed" in done.stdout
+    assert "pytest-latency: --latency-report=r.html: cannot write: File too large" in done.stdout
+    assert (tester.path / "r.html").read_text() == "the old report"
+    assert len(_load(tester.path / "r.json")["tests"]) == 3
+    assert (tester.path / "r.md").read_text().startswith("**pytest-latency")
+    assert not list(tester.path.rglob("*.tmp")), list(tester.path.iterdir())
+
+
 def test_ctrl_c_mid_run_writes_a_partial_result_with_what_it_measured(
     tester: pytest.Pytester,
 ) -> None:
@@ -176,7 +297,92 @@ def test_ctrl_c_mid_run_writes_a_partial_result_with_what_it_measured(
     assert (tester.path / "r.html").stat().st_size > 0
 
 
-def test_a_crashed_xdist_worker_loses_only_its_current_test(tester: pytest.Pytester) -> None:
+SLOW_SUITE = """
+import pathlib
+import time
+
+def test_a(openai_client):
+    openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+
+def test_b(openai_client):
+    openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    pathlib.Path("b.started").touch()
+    # Terminated here. Under xdist the worker is not signalled: it waits until the controller
+    # has written its file (then xdist's shutdown kills it after its 10 s timeout).
+    deadline = time.monotonic() + 60
+    while not pathlib.Path("r.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+def test_c():
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_sigterm_to_the_controller_writes_a_partial_result_with_what_it_measured(
+    tester: pytest.Pytester, workers: list[str]
+) -> None:
+    """What CI runners send on cancel and on timeout: a real process, a real signal."""
+    tester.makepyfile(test_inner_slow=SLOW_SUITE)
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_inner_slow.py",
+        *workers,
+        "-v",
+        "--latency-sim=instant",
+        "--latency-json=r.json",
+        "--latency-markdown=r.md",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+    ]
+    process = subprocess.Popen(
+        command, cwd=tester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+
+        def test_a_reported() -> bool:
+            # `-v` prints the line once the controller has test_a's report.
+            return any("PASSED" in line and "::test_a" in line for line in list(lines))
+
+        while not (test_a_reported() and (tester.path / "b.started").exists()):
+            assert process.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "the inner run never reached test_b"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)  # to the controller only
+        process.wait(timeout=60)
+        reader.join(timeout=10)
+        output = "".join(lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join(timeout=10)
+        process.stdout.close()
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "received SIGTERM" in output
+    data = _load(tester.path / "r.json")
+    assert data["run"]["partial"] is True
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in data["tests"]}
+    if workers:
+        # test_b's measurements are on the worker it was running on.
+        assert outcomes == {"test_a": "passed"}, (outcomes, output)
+    else:
+        assert outcomes == {"test_a": "passed", "test_b": "interrupted"}
+    assert "**Partial run**" in (tester.path / "r.md").read_text()
+
+
+def test_a_crashed_xdist_worker_loses_only_its_current_test_and_marks_the_run_partial(
+    tester: pytest.Pytester,
+) -> None:
     tester.makepyfile(
         test_inner_crash="""
         import os
@@ -200,13 +406,26 @@ def test_a_crashed_xdist_worker_loses_only_its_current_test(tester: pytest.Pytes
         "--latency-sim=instant",
         "--latency-json=r.json",
         "--latency-report=r.html",
+        "--latency-markdown=r.md",
     )
     result.assert_outcomes(passed=8, failed=1)
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running*test_crash*"])
     data = _load(tester.path / "r.json")
     names = sorted(t["nodeid"].split("::")[1] for t in data["tests"])
     assert names == [f"test_call[{i}]" for i in range(8)]
     assert data["session"]["call_count"] == 8
-    assert "test_call[7]" in (tester.path / "r.html").read_text()
+    # What test_crash measured died with its worker: the run is partial, and says so.
+    assert data["run"]["partial"] is True
+    html = (tester.path / "r.html").read_text()
+    assert "test_call[7]" in html and "the results are partial" in html
+    markdown = (tester.path / "r.md").read_text().splitlines()
+    assert markdown[2].startswith("> ⚠️ **Partial run**: the run was interrupted"), markdown
+
+
+def test_a_worker_that_finishes_cleanly_leaves_the_run_whole(tester: pytest.Pytester) -> None:
+    result = tester.runpytest("-n", "2", "--latency-sim=instant", "--latency-markdown=r.md")
+    result.assert_outcomes(passed=10)
+    assert "Partial run" not in (tester.path / "r.md").read_text()
 
 
 def _deterministic(data: dict[str, Any]) -> Any:

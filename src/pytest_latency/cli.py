@@ -18,7 +18,7 @@ from pytest_latency import __version__
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = 2  # also: an output that could not be written
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Compare HEAD against BASE per test and metric (ttft, tpot, itl, e2e). A regression "
             "is a p50 or p95 slower by more than the tolerance and significant by a one-sided "
-            "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input."
+            "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input "
+            "or an output that could not be written."
         ),
     )
     compare.add_argument("base", metavar="BASE.json")
@@ -142,15 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
         serve(model, args.host, args.port)
         return EXIT_OK
-    from pytest_latency.results import ResultError
+    from pytest_latency.results import ResultError, WriteError
 
     handlers = {"report": _report, "merge": _merge, "compare": _compare}
     try:
         return handlers[args.command](args)
-    except ResultError as exc:
+    except (ResultError, WriteError) as exc:  # each names its file
         return _fail(str(exc))
-    except OSError as exc:  # an output path that cannot be written
-        return _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
     except (KeyError, TypeError, ValueError) as exc:
         # load_result checked every field the commands read, so this is a bug, not a bad file:
         # still one line, naming the files it happened with.

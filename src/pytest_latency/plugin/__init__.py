@@ -3,10 +3,11 @@
 Nothing imports it. Its modules each own one thing: `_settings` (options and precedence),
 `_state` (stash keys and the values under them), `_routing` (which test a call belongs to),
 `_sampling` (plans, the sample loop, verdicts), `_collector` (the controller-side summary and
-session gate), `_fixtures` (clients and recorder), `_outputs` (files and CI outputs). This module
-wires them: pluggy finds the hooks and fixtures re-exported here, and `pytest_configure` registers
-the plugin objects that need the run's state (the tracker on every process, the sampler once a
-test has a plan, the collector on the controller). Per-test state lives in `item.stash`, run-wide
+session gate), `_signals` (SIGTERM as an interrupt), `_fixtures` (clients and recorder),
+`_outputs` (files and CI outputs). This module wires them: pluggy finds the hooks and fixtures
+re-exported here, and `pytest_configure` registers the plugin objects that need the run's state
+(the tracker on every process, the sampler once a test has a plan, the collector on the
+controller). Per-test state lives in `item.stash`, run-wide
 state in `config.stash`; each test's measurements travel on its call report (calls made after
 it, on its teardown report) as the plain-data attribute `pytest_latency`, which pytest-xdist
 forwards to the controller unchanged, so local and distributed runs share one code path.
@@ -99,6 +100,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
+    if run.restore_sigterm is not None:  # the session never finished (an error in its start)
+        run.restore_sigterm()
+        run.restore_sigterm = None
     # A session nested in a test (pytester's inline runs) hands the outer session its sink back.
     set_sink(run.outer_sink)
     if run.uninstall_auto_capture is not None:

@@ -2,8 +2,12 @@
 
 Owns `LatencyCollector`, a plugin object registered only on the controller (pytest's junitxml
 `LogXML` shape). Each test's data reaches it from the tracker's logreport hook, from this process
-or, forwarded by pytest-xdist, from workers, in whatever order. After the run loop it
-judges the `[session]` budgets over every kept call and fails the run on a miss.
+or, forwarded by pytest-xdist, from workers, in whatever order. After the run loop it judges the
+`[session]` budgets over every kept call and fails the run on a miss. When files will be written,
+SIGTERM interrupts the session as Ctrl-C does (`_signals`); the result file is marked partial
+when the run was interrupted or a pytest-xdist worker went down with an error (its current
+test's measurements are lost); an output that could not be written is reported with its path
+and makes a run that would have passed exit with status 3 (pytest's INTERNAL_ERROR).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
+from pytest_latency.plugin._signals import interrupt_on_sigterm
 from pytest_latency.plugin._state import RunState, Settings
 
 if TYPE_CHECKING:
@@ -31,6 +36,7 @@ class LatencyCollector:
         self._outputs = outputs
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._position: dict[str, int] = {}  # a reported test's nodeid → its index in tests
+        self._crashed = False  # a pytest-xdist worker went down with an error
         # The result file is built test by test as records arrive, when anything will read it,
         # so the end of the session only finishes the rollups.
         self._builder: ResultBuilder | None = None
@@ -59,6 +65,18 @@ class LatencyCollector:
         self._run.tests.append(test)
         if self._builder is not None:
             self._builder.add(test)
+
+    def pytest_sessionstart(self) -> None:
+        if self._builder is not None:  # only a run that writes files has anything to save
+            self._run.restore_sigterm = interrupt_on_sigterm()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object | None) -> None:
+        # pytest-xdist: a worker crashed, was killed or interrupted (a clean finish has no
+        # error); whatever its current test measured is lost, so the run is partial. xdist
+        # itself reports that test as failed, "worker 'gw0' crashed while running ...".
+        if error is not None:
+            self._crashed = True
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -109,7 +127,7 @@ class LatencyCollector:
 
         assert self._outputs.baseline is not None
         budgeted = {t.nodeid for t in self._run.tests if t.judgements}
-        head = self._result(session, partial=False)
+        head = self._result(session, partial=self._crashed)
         comparison = compare_results(
             self._outputs.baseline, head, tolerance=self._outputs.tolerance
         )
@@ -124,11 +142,19 @@ class LatencyCollector:
         if self._run.regressions:
             session.testsfailed += 1
 
+    # First: pytest-xdist's own sessionfinish tears the workers down, waiting up to 10 s for
+    # a busy one; an interrupted run must have written its files before that (CI sends SIGKILL
+    # a few seconds after SIGTERM). Every report the run will get has arrived by now.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        if self._run.restore_sigterm is not None:
+            # From here a SIGTERM terminates as before: the outputs are being written.
+            self._run.restore_sigterm()
+            self._run.restore_sigterm = None
+        partial = exitstatus == pytest.ExitCode.INTERRUPTED or self._crashed
         current = self._run.router.recording
         if current is not None and current.nodeid not in self._position:
-            # Ctrl-C inside a test: keep what it measured, marked as such.
+            # Ctrl-C or SIGTERM inside a test: keep what it measured, marked as such.
             from pytest_latency.testdata import TestData
 
             test = TestData.of(current.measured(), None)
@@ -138,10 +164,16 @@ class LatencyCollector:
         if not (self._outputs.wanted or os.environ.get("GITHUB_STEP_SUMMARY")):
             return
         try:
-            result = self._result(session, partial=interrupted)
-            self._run.written = write_outputs(self._outputs, result)
+            result = self._result(session, partial=partial)
         except Exception as exc:  # a reporting failure must not hide the test results
-            self._run.written = [f"pytest-latency could not write its outputs: {exc!r}"]
+            self._run.write_failures = [f"could not build the result file: {exc!r}"]
+        else:
+            written = write_outputs(self._outputs, result)
+            self._run.written, self._run.write_failures = written.lines, written.failures
+        if self._run.write_failures and session.exitstatus == pytest.ExitCode.OK:
+            # pytest returns session.exitstatus after this hook. A run that fails or was
+            # interrupted keeps its own status; one that passed must not look complete.
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self._run.tests:
@@ -171,6 +203,8 @@ class LatencyCollector:
                 terminalreporter.write_line(line, red=True)
         for line in self._run.written:
             terminalreporter.write_sep("-", line)
+        for failure in self._run.write_failures:
+            terminalreporter.write_line(f"pytest-latency: {failure}", red=True, bold=True)
         if os.environ.get("GITHUB_ACTIONS") == "true":
             self._annotate(terminalreporter)
 
@@ -187,7 +221,10 @@ class LatencyCollector:
                 terminalreporter.write_line(f"  {line}")
 
     def _annotate(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """GitHub error annotations on the test's file and line for each missed budget."""
+        """GitHub error annotations on the test's file and line for each missed budget, and
+        one for each output that could not be written."""
+        for failure in self._run.write_failures:
+            terminalreporter.write_line(f"::error title=pytest-latency::{_escape_data(failure)}")
         for test in self._run.tests:
             location = test.location or (test.nodeid.split("::")[0], None)
             for judgement in test.judgements:

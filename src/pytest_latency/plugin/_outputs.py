@@ -2,8 +2,9 @@
 
 Owns the output options, their validation before any test runs (an unwritable path is a usage
 error, not a lost run), building the result file once at the end on the controller, writing every
-file atomically, appending the Markdown to `$GITHUB_STEP_SUMMARY`, and comparing against a saved
-baseline. `results` and `report` (jinja2) are imported only when a file is asked for.
+file through `results.write_atomic`, each on its own (one that fails is reported with its path and
+costs no other output), appending the Markdown to `$GITHUB_STEP_SUMMARY`, and comparing against a
+saved baseline. `results` and `report` (jinja2) are imported only when a file is asked for.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pytest_latency.results import ResultFile
 
 JSON_DESC = "Write the run's result file (JSON, schema pytest-latency/1, HDR histograms) to PATH"
@@ -175,36 +178,66 @@ def _git(root: Path) -> dict[str, Any] | None:
     }
 
 
-def write_outputs(outputs: Outputs, result: dict[str, Any]) -> list[str]:
-    """Write every requested file; return what was written, for the terminal."""
-    from pytest_latency.results import write_result
+class Written(NamedTuple):
+    """What `write_outputs` did: a line per file written, and a line per output that failed
+    (its option and path, and why)."""
 
-    written: list[str] = []
-    for path in (outputs.json, outputs.save):
-        if path is not None:
-            write_result(path, result)
-            written.append(f"result file: {path}")
+    lines: list[str]
+    failures: list[str]
+
+
+def write_outputs(outputs: Outputs, result: dict[str, Any]) -> Written:
+    """Write every requested file, each attempted on its own: one that fails (a full disk, a
+    render bug) is reported and the others are still written."""
+    from pytest_latency.results import dumps
+
+    done = Written([], [])
+    if outputs.json is not None or outputs.save is not None:
+        text = _render(done, "the result file", lambda: dumps(result))
+        for option, path in (("latency-json", outputs.json), ("latency-save", outputs.save)):
+            if path is not None and text is not None:
+                _write(done, option, path, text, f"result file: {path}")
     if outputs.report is not None:
         from pytest_latency.report import render_html
 
-        _write_text(outputs.report, render_html(result))
-        written.append(f"HTML report: {outputs.report}")
+        html = _render(done, f"--latency-report={outputs.report}", lambda: render_html(result))
+        if html is not None:
+            _write(done, "latency-report", outputs.report, html, f"HTML report: {outputs.report}")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if outputs.markdown is not None or summary_file:
         from pytest_latency.report import render_markdown
 
-        markdown = render_markdown(result)
-        if outputs.markdown is not None:
-            _write_text(outputs.markdown, markdown)
-            written.append(f"Markdown summary: {outputs.markdown}")
-        if summary_file:
-            with open(summary_file, "a", encoding="utf-8") as handle:
-                handle.write(markdown + "\n")
-            written.append("Markdown summary appended to $GITHUB_STEP_SUMMARY")
-    return written
+        markdown = _render(done, "the Markdown summary", lambda: render_markdown(result))
+        if markdown is not None and outputs.markdown is not None:
+            line = f"Markdown summary: {outputs.markdown}"
+            _write(done, "latency-markdown", outputs.markdown, markdown, line)
+        if markdown is not None and summary_file:
+            try:
+                with open(summary_file, "a", encoding="utf-8") as handle:
+                    handle.write(markdown + "\n")
+            except OSError as exc:
+                done.failures.append(
+                    f"$GITHUB_STEP_SUMMARY={summary_file}: cannot append: {exc.strerror or exc}"
+                )
+            else:
+                done.lines.append("Markdown summary appended to $GITHUB_STEP_SUMMARY")
+    return done
 
 
-def _write_text(path: Path, text: str) -> None:
-    from pytest_latency.results import write_atomic
+def _render(done: Written, what: str, render: Callable[[], str]) -> str | None:
+    try:
+        return render()
+    except Exception as exc:  # a renderer's bug must not cost the other outputs
+        done.failures.append(f"{what}: could not be rendered: {exc!r}")
+        return None
 
-    write_atomic(path, text)
+
+def _write(done: Written, option: str, path: Path, text: str, line: str) -> None:
+    from pytest_latency.results import WriteError, write_atomic
+
+    try:
+        write_atomic(path, text)
+    except WriteError as exc:
+        done.failures.append(f"--{option}={exc}")
+    else:
+        done.lines.append(line)

@@ -94,11 +94,13 @@ class RunState:
         "handoff",
         "outer_sink",
         "regressions",
+        "restore_sigterm",
         "router",
         "session_judgements",
         "sim",
         "tests",
         "uninstall_auto_capture",
+        "write_failures",
         "written",
     )
 
@@ -113,6 +115,9 @@ class RunState:
         self.sim: SimServer | None = None
         self.session_judgements: list[Judgement] = []
         self.written: list[str] = []
+        self.write_failures: list[str] = []  # an output not written: its option, path, reason
+        # Puts back the SIGTERM handler the controller replaced for the session (`_signals`).
+        self.restore_sigterm: Callable[[], None] | None = None
         self.regressions: list[str] = []
 
 

@@ -28,6 +28,11 @@ MAX_ROWS = 200
 MAX_FINDING_LINES = 40
 MAX_MESSAGE = 180
 _MARKDOWN_SPECIAL = "\\`*_{}[]()#+!|~<>"
+# `run.partial`: the HTML report's banner says the same (templates/report.html.jinja).
+PARTIAL_NOTE = (
+    "the run was interrupted (Ctrl-C, SIGTERM) or a pytest-xdist worker crashed; tests that had "
+    "not finished are missing or incomplete."
+)
 
 
 # GitHub turns `@name`, `#123`, `https://…` and `www.…` into mentions, references and links
@@ -79,12 +84,13 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     else:
         head = "**pytest-latency: no latency budgets**"
     calls = result.get("session", {}).get("call_count", 0)
-    lines = [
-        head,
-        "",
+    lines = [head, ""]
+    if result.get("run", {}).get("partial"):
+        # Above the counts: a green verdict over a run that never finished must not read as one.
+        lines += [f"> ⚠️ **Partial run**: {PARTIAL_NOTE}", ""]
+    lines += [
         f"{counts['fail']} failed · {counts['pass']} passed · {counts['inconclusive']} "
-        f"inconclusive — {len(tests)} tests, {calls} calls"
-        + (" — **partial run**" if result.get("run", {}).get("partial") else ""),
+        f"inconclusive — {len(tests)} tests, {calls} calls",
         "",
     ]
     failing = [

@@ -22,7 +22,13 @@ from pytest_latency.results._compare import (
     MetricChange,
     compare_results,
 )
-from pytest_latency.results._io import dumps, load_result, write_atomic, write_result
+from pytest_latency.results._io import (
+    WriteError,
+    dumps,
+    load_result,
+    write_atomic,
+    write_result,
+)
 from pytest_latency.results._merge import merge_results
 from pytest_latency.results._schema import SCHEMA, ResultError, ResultFile, TestEntry
 
@@ -36,6 +42,7 @@ __all__ = [
     "ResultError",
     "ResultFile",
     "TestEntry",
+    "WriteError",
     "budget_status",
     "build_result",
     "compare_results",
