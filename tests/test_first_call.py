@@ -77,7 +77,6 @@ def test_the_first_call_of_a_process_is_as_fast_as_the_next(pytester: pytest.Pyt
         # Within the bounds the suite's accuracy test holds on a busy machine (p99 20 ms);
         # unwarmed, the first call was 40-400 ms late.
         assert abs(first - later) <= 20_000, (path, data)
-        assert not any(data["flagged"]), (path, data)
 
 
 PATHS = ("chat", "responses.create", "responses.stream", "messages.create", "messages.stream")

@@ -56,16 +56,16 @@ class LoopLag:
         self.tick_ns = tick_ns
         self.wakes_ns: array[int] = array("q")
         self.lates_ns: array[int] = array("q")
-        # How much of each lateness the loop's own thread spent running (its CPU time over the
-        # sleep, capped at the lateness): the rest is the process waiting for a CPU on a busy
-        # machine (or for the GIL), which no change to the test's code would cure (issue #14).
+        # How much of each lateness was the loop's own doing (CPU work, a blocking call): the
+        # lateness less the time its thread waited, runnable, for a CPU (a busy machine, which
+        # no change to the test's code would cure; issue #14).
         self.owns_ns: array[int] = array("q")
 
     def add(self, woke_ns: int, late_ns: int, own_ns: int | None = None) -> None:
         """A wake-up `late_ns` past its time, `own_ns` of it the loop's own work (None: all)."""
         self.wakes_ns.append(woke_ns)
         self.lates_ns.append(late_ns)
-        self.owns_ns.append(late_ns if own_ns is None else min(own_ns, late_ns))
+        self.owns_ns.append(late_ns if own_ns is None else max(min(own_ns, late_ns), 0))
 
     def __len__(self) -> int:
         return len(self.wakes_ns)
