@@ -410,5 +410,5 @@ asyncio.run(main())
         results[mode] = json.loads(out)
     late, own = results["blocked"]
     assert late > 50_000_000 and own > 0.8 * late, results
-    late, own = results["starved"]
-    assert late > 50_000_000 and own < 0.5 * late, results
+    late, own = results["starved"]  # how late depends on the scheduler's slices: tens of ms
+    assert late > 20_000_000 and own < 0.5 * late, results
