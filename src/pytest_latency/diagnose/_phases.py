@@ -173,9 +173,8 @@ class PhaseColumns:
     def sort(self) -> None:
         """Sort each median column in place (the split is the same; columns sorted first make
         a group's concatenation of them cheap to sort again). The points keep their order."""
-        for column in (self.shares, self.ttfts, self.e2es, self.uncached, self.outputs):
+        for column in (self.shares, self.ttfts, self.e2es, self.uncached, self.outputs, self.tpots):
             column.sort()
-        self.tpots.sort()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +225,8 @@ def phase_split(
     columns = calls if isinstance(calls, PhaseColumns) else PhaseColumns.of(calls)
     if not columns.shares:
         return None
-    share = stats.percentile(stats.SortedValues.of(columns.shares), 50)
+    share = _median(columns.shares)
+    assert share is not None  # the shares are not empty
     return PhaseSplit(
         n=len(columns.shares),
         share=share,

@@ -212,10 +212,15 @@ def evidence(items: Mapping[str, Any], prefix: str = "") -> list[Evidence]:
     return out[:MAX_EVIDENCE]
 
 
+def finding_kind(finding: Mapping[str, Any]) -> str:
+    """A finding's kind as the views name it (a file's finding without one is a "finding")."""
+    return str(finding.get("kind", "finding"))
+
+
 def finding_view(
     finding: Mapping[str, Any], *, test: str = "", anchor: str | None = None, scope: str = ""
 ) -> FindingView:
-    kind = str(finding.get("kind", "finding"))
+    kind = finding_kind(finding)
     proof = finding.get("evidence") or {}
     heading = title(kind, proof)
     where = scope or str(finding.get("scope", ""))

@@ -184,7 +184,7 @@ def _diagnosis_section(result: Mapping[str, Any]) -> list[str]:
     for test in tests:
         if len(lines) >= MAX_FINDING_LINES:
             hidden += len(
-                {str(f.get("kind", "finding")) for f in test["findings"] if isinstance(f, Mapping)}
+                {diag.finding_kind(f) for f in test["findings"] if isinstance(f, Mapping)}
             )
             continue
         views = diag.findings_of_test(test, None)

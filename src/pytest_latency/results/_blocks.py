@@ -128,6 +128,16 @@ class Tally:
     cache_read: int = 0
     cache_input: int = 0
 
+    def add(self, other: Tally) -> None:
+        """Another tally's counts added to these (every field is a count)."""
+        self.tests += other.tests
+        self.call_count += other.call_count
+        self.error_count += other.error_count
+        self.retries += other.retries
+        self.calls_reporting_cache += other.calls_reporting_cache
+        self.cache_read += other.cache_read
+        self.cache_input += other.cache_input
+
     def add_ratio(self, ratio: CacheRatio | None) -> None:
         if ratio is not None:
             self.calls_reporting_cache += ratio.calls

@@ -95,21 +95,25 @@ class _Part:
                 record_values(values, (self.counts.setdefault(metric, BucketCounts()),))
 
     def add(self, other: _Part) -> None:
-        tally, more = self.tally, other.tally
-        tally.call_count += more.call_count
-        tally.error_count += more.error_count
-        tally.retries += more.retries
-        tally.calls_reporting_cache += more.calls_reporting_cache
-        tally.cache_read += more.cache_read
-        tally.cache_input += more.cache_input
+        """`other`'s counters, errors, flags and bucket counts added to these (the phase columns
+        are added up only for a rollup that is diagnosed: `_phases`)."""
+        self.tally.add(other.tally)
         self.errors.update(other.errors)
         self.retried_errors.update(other.retried_errors)
         self.flags.update(other.flags)
         for metric, counts in other.counts.items():
             self.counts.setdefault(metric, BucketCounts()).add(counts)
-        # Sorted once per part: a group's concatenation of sorted columns sorts in a few merges.
-        other.phases.sort()
-        self.phases.extend(other.phases)
+
+
+def _phases(parts: Sequence[_Part]) -> diagnose.PhaseColumns:
+    """The phase-split columns of the calls `parts` cover. Each part's columns are sorted in
+    place first (once: sorting them again is a pass), so their concatenation sorts in a few
+    merges."""
+    columns = diagnose.PhaseColumns.empty()
+    for part in parts:
+        part.phases.sort()
+        columns.extend(part.phases)
+    return columns
 
 
 @dataclass(slots=True)
@@ -131,6 +135,7 @@ def _rollup_dict(
     """A group's (or the session's) block from the parts it covers. `diagnosed` remembers
     findings by call set: a model served by one endpoint has the same calls in its `model=` and
     its `model=,endpoint=` rollups, diagnosed once."""
+    parts = list(parts)
     total = _Part.empty()
     for part in parts:
         total.add(part)
@@ -148,7 +153,7 @@ def _rollup_dict(
     signature = tuple(id(f) for f in group.finals)  # the calls outlive the build
     found = diagnosed.get(signature)
     if found is None:
-        found = diagnosed[signature] = diagnose.diagnose_calls(group.finals, phases=total.phases)
+        found = diagnosed[signature] = diagnose.diagnose_calls(group.finals, phases=_phases(parts))
     out["findings"] = json_safe(
         [diagnose.Finding(f.kind, f.message, f.evidence, scope=scope).to_dict() for f in found]
     )
