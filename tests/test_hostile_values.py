@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_metrics import make_record
 
 from pytest_latency import instrument
 from pytest_latency.metrics import call_metrics
@@ -40,17 +41,14 @@ def _sse(*events: tuple[str | None, dict[str, Any] | str]) -> bytes:
 
 
 def _record(url: str, body: bytes, *, status: int = 200) -> WireRecord:
-    """A stream read in one piece per event, 10 ms apart."""
-    record = WireRecord("POST", url, b'{"model": "m", "stream": true}', t_start_ns=0)
-    record.t_headers_ns, record.status = 5_000_000, status
-    record.content_type = "text/event-stream"
-    at = 10_000_000
-    for piece in body.split(b"\n\n"):
-        if piece:
-            record.reads.append((at - 1000, at, piece + b"\n\n"))
-            at += 10_000_000
-    record.t_eof_ns = record.t_closed_ns = at
-    return record
+    """A stream read in one piece per event, 10 ms apart (headers at 5 ms)."""
+    pieces = [piece + b"\n\n" for piece in body.split(b"\n\n") if piece]
+    return make_record(
+        url,
+        [(10.0 * (i + 1), piece) for i, piece in enumerate(pieces)],
+        headers_ms=5.0,
+        status=status,
+    )
 
 
 def _chat(usage: dict[str, Any]) -> bytes:
@@ -367,16 +365,15 @@ def _chat_reads(gaps_ms: list[float], waits_ms: list[float]) -> WireRecord:
     body = _chat({"prompt_tokens": 5, "completion_tokens": 2})
     role = _sse((None, {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
     pieces = [role] + [p + b"\n\n" for p in body.split(b"\n\n") if p]
-    record = WireRecord("POST", "http://h/v1/chat/completions", b'{"stream": true}', t_start_ns=0)
-    record.t_headers_ns, record.status, record.content_type = 5_000_000, 200, "text/event-stream"
-    previous = record.t_headers_ns
-    for i, piece in enumerate(pieces):
-        asked = previous + int(gaps_ms[i] * 1e6) if i < len(gaps_ms) else previous + 100_000
-        arrived = asked + (int(waits_ms[i] * 1e6) if i < len(waits_ms) else 10_000)
-        record.reads.append((asked, arrived, piece))
-        previous = arrived
-    record.t_eof_ns = record.t_closed_ns = previous + 100_000
-    return record
+    gaps = gaps_ms + [0.1] * (len(pieces) - len(gaps_ms))
+    waits = waits_ms + [0.01] * (len(pieces) - len(waits_ms))
+    at, chunks = 5.0, []
+    for gap, wait, piece in zip(gaps, waits, pieces, strict=True):
+        at += gap + wait
+        chunks.append((at, piece))
+    return make_record(
+        "http://h/v1/chat/completions", chunks, headers_ms=5.0, waits_ms=waits, body=b"{}"
+    )
 
 
 def test_the_first_content_event_found_buffered_after_the_consumer_was_away_flags() -> None:

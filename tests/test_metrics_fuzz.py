@@ -13,6 +13,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_metrics import make_record
 
 from pytest_latency.metrics import CallMetrics, call_metrics
 from pytest_latency.wire import WireRecord
@@ -93,14 +94,15 @@ def _event(payload: Any) -> bytes:
 
 def _record(url: str, reads: list[bytes], status: int, content_type: str) -> WireRecord:
     # No model in the request: the server's own name for it is kept, so it is fuzzed too.
-    record = WireRecord("POST", url, b'{"stream": true}', t_start_ns=0)
-    record.t_headers_ns, record.status, record.content_type = 1_000_000, status, content_type
-    at = 2_000_000
-    for data in reads:
-        record.reads.append((at - 500, at, data))
-        at += 1_000_000
-    record.t_eof_ns = record.t_closed_ns = at
-    return record
+    chunks = [(2.0 + i, data) for i, data in enumerate(reads)]
+    return make_record(
+        url,
+        chunks,
+        headers_ms=1.0,
+        status=status,
+        content_type=content_type,
+        body=b'{"stream": true}',
+    )
 
 
 def _check(metrics: CallMetrics) -> None:

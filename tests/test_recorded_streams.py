@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_metrics import make_record
 
 from pytest_latency.metrics import call_metrics
 from pytest_latency.metrics.apis import REASONING, TEXT
@@ -48,17 +49,8 @@ def _is_json(line: str) -> bool:
 
 def _record(payloads: list[str]) -> WireRecord:
     """The payloads as a Chat Completions stream, one event a read, 10 ms apart."""
-    record = WireRecord(
-        "POST", "http://h/v1/chat/completions", b'{"model": "m", "stream": true}', t_start_ns=0
-    )
-    record.t_headers_ns, record.status = 5_000_000, 200
-    record.content_type = "text/event-stream"
-    at = 10_000_000
-    for payload in payloads:
-        record.reads.append((at - 1000, at, f"data: {payload}\n\n".encode()))
-        at += 10_000_000
-    record.t_eof_ns = record.t_closed_ns = at
-    return record
+    chunks = [(10.0 * (i + 1), f"data: {p}\n\n".encode()) for i, p in enumerate(payloads)]
+    return make_record("http://h/v1/chat/completions", chunks, headers_ms=5.0)
 
 
 def _usages() -> list[tuple[str, dict[str, Any]]]:
@@ -163,15 +155,8 @@ def _anthropic_record(name: str) -> WireRecord:
             if line.startswith("data: "):
                 events.append("\n".join(current) + "\n\n")
                 current = []
-    record = WireRecord("POST", "http://h/v1/messages", b'{"model": "m", "stream": true}', 0)
-    record.t_headers_ns, record.status = 5_000_000, 200
-    record.content_type = "text/event-stream"
-    at = 10_000_000
-    for event in events:
-        record.reads.append((at - 1000, at, event.encode()))
-        at += 10_000_000
-    record.t_eof_ns = record.t_closed_ns = at
-    return record
+    chunks = [(10.0 * (i + 1), event.encode()) for i, event in enumerate(events)]
+    return make_record("http://h/v1/messages", chunks, headers_ms=5.0)
 
 
 def test_anthropic_compaction_counts_every_iteration() -> None:
