@@ -288,15 +288,17 @@ import pytest
 
 def ask(client, sleep_s):
     for _ in client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "q"}], stream=True, max_tokens=40):
+        model="m", messages=[{"role": "user", "content": "q"}], stream=True, max_tokens=20):
         time.sleep(sleep_s)
 
 @pytest.fixture
 def paced(llm_sim):
-    # 40 tokens over 60 ms: a consumer sleeping 20 ms a chunk finds several reads buffered
-    # (8 tokens over 24 ms arrived in one socket read on a busy machine: nothing to flag).
+    # 20 tokens over 60 ms: a consumer sleeping 20 ms a chunk finds several reads buffered (8
+    # tokens over 24 ms arrived in one socket read on a busy machine: nothing to flag), and a
+    # prompt consumer has 3 ms a chunk to keep up even on a busy machine (at 1.5 ms it fell
+    # behind beside a CPU hog and was flagged too).
     llm_sim.set_model(llm_sim.model.replace(
-        ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=1.5, jitter=0.0))
+        ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=3.0, jitter=0.0))
 
 @pytest.mark.latency("e2e.max < 100ms")
 def test_budgeted(openai_client, latency, paced):
