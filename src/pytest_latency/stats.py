@@ -2,9 +2,10 @@
 
 Owns the percentile estimator, the distribution-free bounds for a quantile, the bounds for a mean
 and for a proportion, the rule that turns a bound and a threshold into pass / fail /
-inconclusive, the minimum sample size a percentile budget needs, and the Mann-Whitney U test
-for baseline comparisons. Stdlib only (no numpy, no scipy); it must not import pytest, hdrh, or
-any other part of the package, so the numbers can be checked in isolation.
+inconclusive, the minimum sample size a percentile budget needs, the Mann-Whitney U test
+for baseline comparisons and the Holm adjustment that keeps a run of many comparisons sound.
+Stdlib only (no numpy, no scipy); it must not import pytest, hdrh, or any other part of the
+package, so the numbers can be checked in isolation.
 
 Decisions (also in docs/budgets.md):
 
@@ -21,6 +22,11 @@ Decisions (also in docs/budgets.md):
 * The mean uses Student's t on the sample standard deviation. Latencies are skewed, so for
   small n this is an approximation; prefer percentile budgets.
 * Proportions (error rate, goodput) use the Wilson score bound.
+* A baseline comparison tests every metric of every test, group and the session: hundreds of
+  tests at once, so p < 0.05 each would flag about one in twenty unchanged metrics. Holm's
+  step-down adjustment holds the chance of *any* false regression in the run at 0.05, under
+  any dependence between the tests (ttft and e2e of one test are correlated), and is never less
+  powerful than Bonferroni.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ __all__ = [
     "SortedValues",
     "Verdict",
     "estimate_stat",
+    "holm_adjusted",
     "mann_whitney_u",
     "mann_whitney_u_counts",
     "mean_estimate",
@@ -480,3 +487,19 @@ def mann_whitney_u_counts(
     else:
         raise ValueError(f"unknown alternative {alternative!r}")
     return MannWhitney(u_a, (u_a - mean) / sd, p_value, u_a / (n_a * n_b), n_a, n_b)
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input's order: the i-th smallest p of m is
+    multiplied by m − i + 1 (i from 1), made non-decreasing in that order, and capped at 1.
+    Rejecting where the adjusted p < alpha keeps the family-wise error rate at alpha (Holm 1979;
+    statsmodels' `multipletests(method="holm")` gives the same numbers)."""
+    m = len(p_values)
+    if any(math.isnan(p) or not 0.0 <= p <= 1.0 for p in p_values):
+        raise ValueError("p-values must lie in [0, 1]")
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

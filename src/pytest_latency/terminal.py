@@ -8,7 +8,7 @@ show) and formatted by `units`; nothing is computed here. May import `testdata`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_latency import units
@@ -30,15 +30,25 @@ _HEADERS = (
 )
 
 
-def verdict(test: TestData) -> str:
-    """One word for a test: fail if any budget failed the gate, inconclusive if any was not
-    confident (whatever the policy made of it), pass, or "-" for a test without budgets."""
+def verdict(test: TestData, *, regressed: bool = False) -> str:
+    """One word for a test: fail if any budget failed the gate, regressed if none failed but
+    the baseline comparison found it slower, inconclusive if any budget was not confident
+    (whatever the policy made of it), pass, or "-" for a test without budgets (the result
+    file's rule: `results.row_status`)."""
     from pytest_latency.verdicts import worst_status
 
-    return worst_status(j.status for j in test.judgements) or "-"
+    return worst_status((j.status for j in test.judgements), regressed=regressed) or "-"
 
 
-def summary_lines(tests: Sequence[TestData], *, width: int = 48) -> list[str]:
+def summary_lines(
+    tests: Sequence[TestData],
+    *,
+    width: int = 48,
+    regressed: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
+    """The table, then the budget misses; `regressed` maps each test the baseline comparison
+    found slower to its metrics."""
+    regressed = regressed or {}
     rows = []
     for test in tests:
         pool = test.pool
@@ -54,7 +64,7 @@ def summary_lines(tests: Sequence[TestData], *, width: int = 48) -> list[str]:
                 units.duration(pool.percentile("tpot", 50)),
                 units.duration(pool.percentile("e2e", 95)),
                 units.ratio(ratio.value if ratio else None),
-                verdict(test),
+                verdict(test, regressed=test.nodeid in regressed),
             )
         )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]

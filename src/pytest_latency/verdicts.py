@@ -43,11 +43,15 @@ def confidence_for_looks(looks: int, confidence: float = CONFIDENCE) -> float:
     return 1 - (1 - confidence) / max(1, looks)
 
 
-def worst_status(statuses: Iterable[str]) -> str | None:
+def worst_status(statuses: Iterable[str], *, regressed: bool = False) -> str | None:
     """One word for a test from its budgets' statuses: "fail" if any failed the gate,
-    "inconclusive" if any passed without confidence, "pass", or None for no budget."""
+    "regressed" if none failed but the baseline comparison found it slower (`regressed`),
+    "inconclusive" if any passed without confidence, "pass", or None for no budget. Every
+    summary's test row reads it (terminal, result file readers, Markdown, HTML)."""
     seen = set(statuses)
-    return next((s for s in ("fail", "inconclusive", "pass") if s in seen), None)
+    if regressed:
+        seen.add("regressed")
+    return next((s for s in ("fail", "regressed", "inconclusive", "pass") if s in seen), None)
 
 
 # The expression of the judgement `fail` adds: not a budget expression, never parsed as one.

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from pytest_latency.attribution import Sink
     from pytest_latency.budgets import BudgetFile, Expectation
+    from pytest_latency.results import Comparison
     from pytest_latency.sim import SimServer
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
@@ -91,9 +92,9 @@ class RunState:
     interleaves)."""
 
     __slots__ = (
+        "comparison",
         "handoff",
         "outer_sink",
-        "regressions",
         "restore_sigterm",
         "router",
         "session_judgements",
@@ -118,7 +119,8 @@ class RunState:
         self.write_failures: list[str] = []  # an output not written: its option, path, reason
         # Puts back the SIGTERM handler the controller replaced for the session (`_signals`).
         self.restore_sigterm: Callable[[], None] | None = None
-        self.regressions: list[str] = []
+        # The run against `--latency-baseline`, compared after the last test.
+        self.comparison: Comparison | None = None
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()

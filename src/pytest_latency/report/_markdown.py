@@ -17,9 +17,13 @@ from typing import Any
 from pytest_latency import units as fmt
 from pytest_latency.report import _diagnosis as diag
 from pytest_latency.results import (
+    MIN_VALUES,
+    SIGNIFICANCE,
     Comparison,
     MetricChange,
     budget_status,
+    changes_of,
+    p_text,
     test_status,
     verdict_counts,
 )
@@ -83,6 +87,15 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         head = f"✅ **pytest-latency: all {total} latency budgets passed**"
     else:
         head = "**pytest-latency: no latency budgets**"
+    regressions = changes_of((result.get("baseline") or {}).get("regressions", []))
+    if regressions:
+        # A regression fails the gate as a missed budget does: it leads the verdict line.
+        slower = (
+            f"❌ **pytest-latency: {len(regressions)} latency regression(s) against the baseline**"
+        )
+        head = (
+            slower if head.startswith("✅") or "no latency budgets" in head else f"{slower}; {head}"
+        )
     calls = result.get("session", {}).get("call_count", 0)
     lines = [head, ""]
     if result.get("run", {}).get("partial"):
@@ -122,11 +135,24 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             ],
         )
         lines.append("")
+    if regressions:
+        tolerance = (result.get("baseline") or {}).get("tolerance")
+        lines += [
+            "### Regressions against the baseline",
+            "",
+            f"A regression is {_rule(tolerance)}.",
+            "",
+        ]
+        lines += _table(_CHANGE_HEADERS, [_change_row(c) for c in regressions[:MAX_ROWS]])
+        if len(regressions) > MAX_ROWS:
+            lines.append(f"\n… and {len(regressions) - MAX_ROWS} more.")
+        lines.append("")
     lines += _diagnosis_section(result)
     lines += _errors_section(result)
     if tests:
         lines += ["### Tests", ""]
-        shown = sorted(tests, key=lambda t: {"fail": 0, "inconclusive": 1}.get(_test_verdict(t), 2))
+        order = {"fail": 0, "regressed": 1, "inconclusive": 2}
+        shown = sorted(tests, key=lambda t: order.get(_test_verdict(t), 3))
         lines += _table(
             ("test", "n", "ttft p50", "ttft p95", "tpot p50", "e2e p95", "cache", "verdict"),
             [
@@ -152,7 +178,10 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 def _flagged(test: Mapping[str, Any]) -> bool:
     """A test worth a diagnosis line: a budget not passed, a failed outcome, failed calls,
     flagged calls, or a finding other than too-few-samples."""
-    if _test_verdict(test) in ("fail", "inconclusive") or test.get("outcome") == "failed":
+    if (
+        _test_verdict(test) in ("fail", "regressed", "inconclusive")
+        or test.get("outcome") == "failed"
+    ):
         return True
     if test.get("error_count") or any((test.get("flags") or {}).values()):
         return True
@@ -237,7 +266,12 @@ def _errors_section(result: Mapping[str, Any]) -> list[str]:
 
 def _change_row(change: MetricChange) -> tuple[str, ...]:
     flag = "🔴 regression" if change.regression else "🟢 faster" if change.improvement else ""
-    p_value = "–" if change.p_value is None else f"{change.p_value:.3g}"
+    if change.p_value is None:
+        p_value = f"too few values ({change.n_base} → {change.n_head}; {MIN_VALUES} a side)"
+    else:
+        p_value = p_text(change.p_value)
+        if change.p_adjusted is not None:
+            p_value += f" ({p_text(change.p_adjusted)})"
     return (
         escape(change.nodeid),
         change.metric,
@@ -261,16 +295,23 @@ _CHANGE_HEADERS = (
     "base p95",
     "head p95",
     "Δ p95",
-    "p (slower)",
+    "p slower (Holm)",
     "",
 )
+
+
+def _rule(tolerance: float | None) -> str:
+    return (
+        f"a p50 or p95 slower by more than {fmt.ratio(tolerance)} *and* a one-sided "
+        f"Mann-Whitney U test with p < {SIGNIFICANCE:g} after Holm's adjustment over every "
+        "comparison of the run"
+    )
 
 
 def render_comparison(comparison: Comparison, *, base: str, head: str) -> str:
     """The diff of two runs for a PR comment: regressions first, then the full table folded."""
     regressions = comparison.regressions
     improvements = [c for c in comparison.changes if c.improvement]
-    tolerance = fmt.ratio(comparison.tolerance)
     if regressions:
         title = f"🔴 **pytest-latency: {len(regressions)} latency regression(s)**"
     else:
@@ -278,8 +319,7 @@ def render_comparison(comparison: Comparison, *, base: str, head: str) -> str:
     lines = [
         title,
         "",
-        f"{escape(base)} → {escape(head)}: a regression is a p50 or p95 slower by more than "
-        f"{tolerance} *and* a one-sided Mann-Whitney U test with p < 0.05 "
+        f"{escape(base)} → {escape(head)}: a regression is {_rule(comparison.tolerance)} "
         f"({len(comparison.changes)} metrics compared, {len(improvements)} faster).",
         "",
     ]

@@ -125,6 +125,7 @@ class ReportView:
     verdict_text: str
     counts: Mapping[str, int]
     failing: tuple[BudgetRow, ...]
+    regressions: tuple[str, ...]  # `results.describe` of each, as the file carries it
     diagnosis: tuple[diag.KindGroup, ...]
     run_findings: tuple[diag.FindingView, ...]
     errors: tuple[diag.ErrorRow, ...]
@@ -446,7 +447,7 @@ def _finding_titles(test: Mapping[str, Any]) -> str:
 
 def _priority(index: int, test: Mapping[str, Any]) -> tuple[int, float, int]:
     verdict = _test_verdict(test)
-    rank = {"fail": 0, "inconclusive": 1, "pass": 2}.get(verdict, 3)
+    rank = {"fail": 0, "regressed": 1, "inconclusive": 2, "pass": 3}.get(verdict, 4)
     e2e = (_metric(test, "e2e") or {}).get("p95") or 0.0
     return (rank, -float(e2e), index)
 
@@ -521,6 +522,13 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         verdict, verdict_text = "pass", f"All {total} latency budgets passed"
     else:
         verdict, verdict_text = "none", "No latency budgets in this run"
+    regressions = tuple(
+        str(e.get("message", "")) for e in (result.get("baseline") or {}).get("regressions", [])
+    )
+    if regressions:  # a regression fails the gate as a missed budget does
+        slower = f"{len(regressions)} latency regression(s) against the baseline"
+        quiet = verdict in ("pass", "none")
+        verdict, verdict_text = "fail", slower if quiet else f"{slower}; {verdict_text}"
 
     test_rows = tuple(
         TestRow(
@@ -584,6 +592,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         verdict_text=verdict_text,
         counts=counts,
         failing=failing,
+        regressions=regressions,
         diagnosis=diag.by_kind(tests, linked, priority),
         run_findings=diag.rollup_findings(session, groups),
         errors=diag.run_errors(session, tests, linked),

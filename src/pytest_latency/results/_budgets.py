@@ -3,7 +3,8 @@
 Owns `budget_entry` (a `Judgement` with its parsed expectation's terms: metric, stat, op,
 threshold, the values rendered in the budget's own unit, the relative excess, whether the
 interval was decisive, and `status`, the judgement's own word for how to count it),
-`budget_status` (that word, read back from an entry, older files included) and `verdict_counts`.
+`budget_status` (that word, read back from an entry, older files included), `test_status` (a
+test row's one word, a baseline regression included) and `verdict_counts`.
 May import `verdicts` (the `Judgement` type) and `stats`; never pytest.
 """
 
@@ -91,10 +92,15 @@ def budget_status(budget: Mapping[str, Any]) -> str:
 
 
 def test_status(test: Mapping[str, Any]) -> str | None:
-    """A test entry's one word (`verdicts.worst_status` of its budgets); None without budgets."""
+    """A test entry's one word (`verdicts.worst_status` of its budgets, "regressed" when the
+    baseline comparison named it in `regressions`); None without either. The pytest outcome
+    stays as it was: the comparison runs after the last test."""
     from pytest_latency.verdicts import worst_status
 
-    return worst_status(budget_status(b) for b in test.get("budgets", []))
+    return worst_status(
+        (budget_status(b) for b in test.get("budgets", [])),
+        regressed=bool(test.get("regressions")),
+    )
 
 
 def verdict_counts(result: Mapping[str, Any]) -> dict[str, int]:

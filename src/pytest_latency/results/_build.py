@@ -33,6 +33,7 @@ from pytest_latency.results._blocks import (
     rollup_dict,
 )
 from pytest_latency.results._budgets import budget_entry, verdict_counts
+from pytest_latency.results._compare import regressed_metrics
 from pytest_latency.results._schema import SCHEMA, MetricBlock, PhaseBlock, PrefillBlock
 
 if TYPE_CHECKING:
@@ -407,9 +408,12 @@ class ResultBuilder:
         run: Mapping[str, Any],
         session_budgets: Sequence[Judgement] = (),
         partial: bool = False,
+        baseline: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The result file of what was added so far (docs/result-schema.md); the builder is
-        left as it was, so it can be asked again (`partial` after an interrupt)."""
+        left as it was, so it can be asked again (`partial` after an interrupt). `baseline` is
+        the comparison with a saved run (`baseline_block`): the file carries it, and each
+        regressed test's entry names its regressed metrics."""
         diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
         result: dict[str, Any] = {
             "schema": SCHEMA,
@@ -434,6 +438,13 @@ class ResultBuilder:
                 "budgets": [budget_entry(j) for j in session_budgets],
             },
         }
+        if baseline is not None:
+            result["baseline"] = dict(baseline)
+            regressed = regressed_metrics(baseline)
+            result["tests"] = [
+                {**e, "regressions": regressed[e["nodeid"]]} if e["nodeid"] in regressed else e
+                for e in result["tests"]
+            ]
         result["summary"] = verdict_counts(result)
         return result
 

@@ -63,8 +63,32 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "groups": groups,
         "session": session,
     }
+    baseline = _merge_baselines([r.get("baseline") for r in results])
+    if baseline is not None:
+        merged["baseline"] = baseline
     merged["summary"] = verdict_counts(merged)
     return merged
+
+
+def _merge_baselines(blocks: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """Each shard's regressions and improvements against its baseline, kept and marked with
+    their shard, like session budgets: Holm's adjustment ran over each shard's comparisons, so
+    `pytest-latency compare` on the merged file is the run-wide comparison."""
+    present = [(i, b) for i, b in enumerate(blocks) if b is not None]
+    if not present:
+        return None
+    mark = len(blocks) > 1
+    first = present[0][1]
+    return {
+        **{k: first[k] for k in ("path", "tolerance", "significance", "correction") if k in first},
+        "compared": sum(int(b.get("compared", 0)) for _, b in present),
+        **{
+            key: [
+                {**e, "shard": i} if mark else dict(e) for i, b in present for e in b.get(key, [])
+            ]
+            for key in ("regressions", "improvements")
+        },
+    }
 
 
 def _merge_aggregates(

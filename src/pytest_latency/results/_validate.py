@@ -389,8 +389,34 @@ _TEST: Final = _obj(
         "findings": _list(_FINDING),
         "what_ifs": _obj({"e2e": _WHAT_IF, "ttft": _WHAT_IF, "calls_per_sample": _STEPS}),
         "shard": _count,
+        "regressions": _list(_str),
     },
     required=("nodeid", "metrics"),
+)
+# `baseline.regressions[]` and `improvements[]`: what `_compare.changes_of` reads back.
+_CHANGE_FIGURES: Final = (
+    "base_p50",
+    "head_p50",
+    "base_p95",
+    "head_p95",
+    "change_p50",
+    "change_p95",
+    "p_value",
+)
+_CHANGE: Final = _obj(
+    {
+        "nodeid": _str,
+        "metric": _str,
+        **{k: _OPT_NUM for k in (*_CHANGE_FIGURES, "p_adjusted")},
+        "regression": _bool,
+        "improvement": _bool,
+        "scope": _one_of("test", "group", "session"),
+        "n_base": _count,
+        "n_head": _count,
+        "message": _str,
+        "shard": _count,
+    },
+    required=("nodeid", "metric", *_CHANGE_FIGURES, "regression", "improvement"),
 )
 # Merge indexes every counter of a rollup.
 _ROLLUP_FIELDS: Final[dict[str, _Check]] = {
@@ -437,6 +463,20 @@ _FILE: Final = _obj(
         "groups": _map(_obj(_ROLLUP_FIELDS, required=_ROLLUP_REQUIRED)),
         "session": _obj({**_ROLLUP_FIELDS, "budgets": _list(_BUDGET)}, required=_ROLLUP_REQUIRED),
         "summary": _COUNTS,
+        "baseline": _obj(
+            {
+                "path": _OPT_STR,
+                "tolerance": _NUM,
+                "significance": _NUM,
+                "correction": _str,
+                "min_values": _count,
+                "compared": _count,
+                "only_base": _count,
+                "only_head": _count,
+                "regressions": _list(_CHANGE),
+                "improvements": _list(_CHANGE),
+            }
+        ),
     }
 )
 
