@@ -29,11 +29,18 @@ def test_report_writes_html_and_markdown(shards: tuple[Path, Path], tmp_path: Pa
     assert "latency budgets failed" in md.read_text()
 
 
-def test_merge_combines_shards(shards: tuple[Path, Path], tmp_path: Path) -> None:
+def test_merge_combines_shards(
+    shards: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "all.json"
-    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(out)]) == 0
+    # sample_tests has a failing TTFT budget: the merged run failed, and merge says so.
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(out)]) == 1
+    assert "1 latency budget(s) failed in the merged run" in capsys.readouterr().err
     merged = load_result(out)
     assert len(merged["tests"]) == 5 and merged["run"]["shards"] == 2
+    passing = tmp_path / "passing.json"
+    write_result(passing, build([make_test("t.py::ok", seed=1)]))
+    assert main(["merge", str(passing), str(passing), "-o", str(out)]) == 0
 
 
 def test_compare_exit_status_follows_regressions(

@@ -32,6 +32,7 @@ from pytest_latency.results import (
     ResultError,
     baseline_block,
     budget_status,
+    build_result,
     changes_of,
     compare_results,
     dumps,
@@ -572,3 +573,78 @@ def test_the_baseline_block_round_trips_through_the_file(tmp_path: Path) -> None
     assert [e["shard"] for e in merged["baseline"]["regressions"]] == [0] * len(
         comparison.regressions
     ) + [1] * len(comparison.regressions)
+
+
+SESSION_EXPECT = (
+    "ttft.p95 < 600ms",
+    "ttft.p50 < 150ms",
+    "e2e.mean < 2s",
+    "e2e.max < 30s",
+    "ttft.min > 1ms",
+    "error_rate < 10%",
+    "good(ttft < 400ms) >= 50%",
+    "cache_read_ratio > 10%",
+    "retries <= 5",
+    "calls.max <= 3",
+    "ttft{model=claude-sonnet-4-5}.p90 < 1s",
+)
+
+
+def _judged_build(tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result file with the session budgets judged over these tests' calls."""
+    from pytest_latency.budgets import parse_expectation
+    from pytest_latency.pools import Pool
+    from pytest_latency.verdicts import judge
+
+    recs = records(tests)
+    expectations = [parse_expectation(e, source="t") for e in SESSION_EXPECT]
+    judged = judge(expectations, Pool.merged(t.pool for t in recs), policy="estimate")
+    return build_result(recs, run=RUN, session_budgets=judged, session_policy="estimate")
+
+
+def test_merge_judges_the_session_budgets_again_over_every_shard() -> None:
+    # Issue #16, item 3: each shard's entries carry their evidence; the merge adds it up and
+    # judges as one run over all the calls would have, not once per shard.
+    tests = [
+        make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=200 + 40 * i, calls_per_sample=2)
+        for i in range(6)
+    ]
+    whole = _judged_build(tests)
+    merged = merge_results(
+        [load_back(_judged_build(tests[:2])), load_back(_judged_build(tests[2:]))]
+    )
+    expected = {b["expr"]: b for b in whole["session"]["budgets"]}
+    got = {b["expr"]: b for b in merged["session"]["budgets"]}
+    assert list(got) == list(SESSION_EXPECT)  # one row per budget, none per shard
+    for expr, want in expected.items():
+        have = got[expr]
+        assert have["shards"] == 2 and "shard" not in have
+        assert have["n"] == want["n"], expr
+        assert have["status"] == want["status"], (expr, have["message"], want["message"])
+        if "p" in str(want.get("stat")) or want.get("stat") is None:
+            # Percentiles come back from HDR buckets (3 significant digits); the rest exactly.
+            assert have["estimate"] == pytest.approx(want["estimate"], rel=2e-3), expr
+        else:
+            assert have["estimate"] == pytest.approx(want["estimate"], rel=1e-9), expr
+    # A missed session budget fails the merged run.
+    assert got["ttft.p50 < 150ms"]["status"] == "fail"
+    assert merged["summary"]["fail"] >= 1
+
+
+def load_back(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as a shard's file is read back (through JSON and the validator)."""
+    from pytest_latency.results._validate import validate
+
+    return validate(json.loads(dumps(result)), "shard")  # type: ignore[return-value]
+
+
+def test_budgets_a_shard_lacks_are_kept_per_shard_and_labelled() -> None:
+    a = _judged_build([make_test("t.py::a", seed=1, samples=10)])
+    b = build([make_test("t.py::b", seed=2, samples=10)])  # no session budgets
+    merged = merge_results([a, b])
+    shards = {e.get("shard") for e in merged["session"]["budgets"]}
+    assert shards == {0}
+    from pytest_latency.report import render_markdown
+
+    if any(budget_status(e) == "fail" for e in merged["session"]["budgets"]):
+        assert "\\(session, shard 1\\)" in render_markdown(merged)

@@ -121,6 +121,7 @@ class LatencyCollector:
             session_budgets=self._run.session_judgements,
             partial=partial,
             run=run_info(session.config, self._started),
+            session_policy=self._settings.policy,
             baseline=None
             if comparison is None
             else baseline_block(comparison, str(self._outputs.baseline_path)),

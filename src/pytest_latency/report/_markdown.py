@@ -24,6 +24,7 @@ from pytest_latency.results import (
     budget_status,
     changes_of,
     p_text,
+    session_label,
     test_status,
     verdict_counts,
 )
@@ -79,23 +80,20 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     counts = verdict_counts(result)
     total = sum(counts.values())
     tests = result.get("tests", [])
+    regressions = changes_of((result.get("baseline") or {}).get("regressions", []))
+    # A regression fails the gate as a missed budget does: both lead the verdict line.
+    slower = f"{len(regressions)} latency regression(s) against the baseline"
     if counts["fail"]:
-        head = f"❌ **pytest-latency: {counts['fail']} of {total} latency budgets failed**"
+        failed = f"{counts['fail']} of {total} latency budgets failed"
+        head = f"❌ **pytest-latency: {failed}{'; ' + slower if regressions else ''}**"
+    elif regressions:
+        head = f"❌ **pytest-latency: {slower}**"
     elif counts["inconclusive"]:
         head = f"⚠️ **pytest-latency: no budget failed; {counts['inconclusive']} not confident**"
     elif total:
         head = f"✅ **pytest-latency: all {total} latency budgets passed**"
     else:
         head = "**pytest-latency: no latency budgets**"
-    regressions = changes_of((result.get("baseline") or {}).get("regressions", []))
-    if regressions:
-        # A regression fails the gate as a missed budget does: it leads the verdict line.
-        slower = (
-            f"❌ **pytest-latency: {len(regressions)} latency regression(s) against the baseline**"
-        )
-        head = (
-            slower if head.startswith("✅") or "no latency budgets" in head else f"{slower}; {head}"
-        )
     calls = result.get("session", {}).get("call_count", 0)
     lines = [head, ""]
     if result.get("run", {}).get("partial"):
@@ -113,7 +111,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         if budget_status(b) == "fail"
     ]
     failing += [
-        ("(session)", b)
+        (session_label(b), b)
         for b in result.get("session", {}).get("budgets", [])
         if budget_status(b) == "fail"
     ]

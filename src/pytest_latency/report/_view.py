@@ -20,7 +20,7 @@ from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.results import budget_status, test_status, verdict_counts
+from pytest_latency.results import budget_status, session_label, test_status, verdict_counts
 
 # Full per-test details (statements, tables, what-ifs, four charts: ~25 kB each) for at most this
 # many tests, failing budgets first, then inconclusive ones, then the slowest by e2e p95, so a
@@ -504,7 +504,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         budget_rows.extend(rows)
     session = result.get("session", {})
     for budget in session.get("budgets", []):
-        budget_rows.append(_budget_row(budget, "(session)", None, ()))
+        budget_rows.append(_budget_row(budget, session_label(budget), None, ()))
 
     counts = verdict_counts(result)
     failing = tuple(b for b in budget_rows if b.status == "fail")

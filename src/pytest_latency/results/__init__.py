@@ -16,6 +16,7 @@ from __future__ import annotations
 from pytest_latency.results._blocks import PERCENTILES
 from pytest_latency.results._budgets import (
     budget_status,
+    session_label,
     test_status,
     verdict_counts,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "load_result",
     "merge_results",
     "p_text",
+    "session_label",
     "test_blocks",
     "test_status",
     "verdict_counts",

@@ -184,30 +184,34 @@ def _first_by_id(tests: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, A
 def compare_results(
     base: Mapping[str, Any], head: Mapping[str, Any], *, tolerance: float = 0.10
 ) -> Comparison:
-    """Compare every test present in both runs (with or without budgets), every group
-    (`model=…`, `endpoint=…`) and the session, metric by metric (ttft, tpot, itl, e2e). A test
-    id repeated within a file (merged shards) is compared by its first copy."""
+    """Compare every test present in both runs (with or without budgets), metric by metric
+    (ttft, tpot, itl, e2e), and, when both runs hold the same tests, every group (`model=…`,
+    `endpoint=…`) and the session. A test id repeated within a file (merged shards) is
+    compared by its first copy."""
     base_tests, head_tests = _first_by_id(base["tests"]), _first_by_id(head["tests"])
     pairs: list[tuple[str, str, Mapping[str, Any], Mapping[str, Any]]] = [
         ("test", nodeid, base_tests[nodeid], test)
         for nodeid, test in head_tests.items()
         if nodeid in base_tests
     ]
-    base_groups, head_groups = base.get("groups", {}), head.get("groups", {})
-    pairs += [("group", k, base_groups[k], g) for k, g in head_groups.items() if k in base_groups]
-    pairs.append(("session", SESSION, base["session"], head["session"]))
+    only_base = tuple(n for n in base_tests if n not in head_tests)
+    only_head = tuple(n for n in head_tests if n not in base_tests)
+    if not only_base and not only_head:
+        # A rollup mixes its tests' calls: it is the same population in both runs only when
+        # they hold the same tests. One CI shard against a whole run's baseline is not (its
+        # session is half the suite); the merged file is, and is compared whole.
+        base_groups, head_groups = base.get("groups", {}), head.get("groups", {})
+        pairs += [
+            ("group", k, base_groups[k], g) for k, g in head_groups.items() if k in base_groups
+        ]
+        pairs.append(("session", SESSION, base["session"], head["session"]))
     raws = [
         _raw(scope, nodeid, metric, a["metrics"][metric], b["metrics"][metric])
         for scope, nodeid, a, b in pairs
         for metric in COMPARED_METRICS
         if metric in a["metrics"] and metric in b["metrics"]
     ]
-    return Comparison(
-        tolerance,
-        _decide(raws, tolerance),
-        tuple(n for n in base_tests if n not in head_tests),
-        tuple(n for n in head_tests if n not in base_tests),
-    )
+    return Comparison(tolerance, _decide(raws, tolerance), only_base, only_head)
 
 
 def describe(change: MetricChange) -> str:

@@ -85,6 +85,8 @@ class BudgetEntry(TypedDict):
     excess: NotRequired[float | None]
     confident: NotRequired[bool]
     shard: NotRequired[int]
+    shards: NotRequired[int]  # a session budget judged again over this many merged shards
+    evidence: NotRequired[dict[str, Any]]  # session budgets: `evidence.Evidence.to_dict`
 
 
 class PhaseBlock(TypedDict):
@@ -212,8 +214,8 @@ __all__ = [
     "SCHEMA",
     "BaselineBlock",
     "BudgetEntry",
-    "ChangeEntry",
     "CacheRatioBlock",
+    "ChangeEntry",
     "FindingEntry",
     "MetricBlock",
     "PhaseBlock",

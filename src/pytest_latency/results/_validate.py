@@ -233,6 +233,35 @@ _STEPS: Final = _obj({k: _NUM for k in ("n", "min", "p50", "p95", "max", "mean")
 _FINDING: Final = _obj(
     {"kind": _str, "message": _str, "evidence": _evidence, "scope": _str, "shard": _count}
 )
+_EVIDENCE_FIELDS: Final[dict[str, _Check]] = {
+    "kind": _one_of("quantile", "mean", "extreme", "proportion", "sum", "ratio", "nothing"),
+    "n": _count,
+    "hdr": _hdr,
+    "total": _NUM,
+    "squares": _NUM,
+    "hits": _count,
+    "excluded": _count,
+    "policy": _str,
+}
+_EVIDENCE_OBJ: Final = _obj(_EVIDENCE_FIELDS, required=("kind", "n"))
+
+
+def _evidence_block(value: Any, path: _Path) -> None:
+    """A session budget's `evidence`: the fields its kind adds up (`evidence.Evidence`)."""
+    _EVIDENCE_OBJ(value, path)
+    needs = {
+        "quantile": ("hdr",),
+        "mean": ("total", "squares"),
+        "extreme": ("total",),
+        "sum": ("total",),
+        "proportion": ("hits",),
+        "ratio": ("hits", "total"),
+    }.get(value["kind"], ())
+    for key in needs:
+        if key not in value:
+            raise _Bad((path, key), f"missing (a {value['kind']} evidence needs it)")
+
+
 _BUDGET: Final = _obj(
     {
         "expr": _str,
@@ -253,6 +282,8 @@ _BUDGET: Final = _obj(
         "excess": _OPT_NUM,
         "confident": _bool,
         "shard": _count,
+        "shards": _count,
+        "evidence": _evidence_block,
     },
     required=("expr",),
 )
