@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +114,27 @@ def test_sim_is_still_there(capsys: pytest.CaptureFixture[str]) -> None:
         main(["sim", "--help"])
     assert info.value.code == 0
     assert "--preset" in capsys.readouterr().out
+
+
+def test_sim_on_a_port_in_use_is_one_line_and_a_failure() -> None:
+    # Issue #16: a 24-line traceback. A subprocess: `sim` tunes the garbage collector for a
+    # server process, which this one is not.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_latency.cli", "sim", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done
+    assert done.stderr == (
+        f"pytest-latency: error: sim: cannot listen on 127.0.0.1:{port}: "
+        f"{os.strerror(errno.EADDRINUSE)}\n"
+    )
+    assert done.stdout == ""
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ a traceback. May import `sim`, `results` and `report`; never pytest, never `plug
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -155,7 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = model_from_args(args)
         except SimSettingsError as exc:
             parser.error(str(exc))
-        serve(model, args.host, args.port)
+        try:
+            serve(model, args.host, args.port)
+        except OSError as exc:  # the port taken, the host not ours: one line, not a traceback
+            # aiohttp's text repeats the address; the errno's own words do not.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            return _fail(f"sim: cannot listen on {args.host}:{args.port}: {reason}")
         return EXIT_OK
     from pytest_latency.results import ResultError, WriteError
 

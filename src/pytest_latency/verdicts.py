@@ -8,7 +8,9 @@ meeting every condition), `judge_evidence` (the same verdict from several shards
 added up), the `Judgement` it returns (holding its parsed `Expectation`, so nothing downstream
 parses a budget string again, and its evidence), the inconclusive policy and
 the flagged-calls policy (keep, exclude or fail on calls whose timing the client distorted:
-consumer-bound or client-saturated), and the per-look confidence of sequential sampling. The
+consumer-bound or client-saturated), the per-look confidence of sequential sampling, and how
+many values a percentile budget needs before it can pass with confidence (`values_needed`,
+`samples_needed`: read by the diagnosis and the plugin's collection warning). The
 values come from `pools.Pool`, built once per test. May import `evidence`, `budgets`, `stats`,
 `pools`, `calls`, `metrics`, `catalogue`, `policies`; never pytest.
 """
@@ -20,7 +22,7 @@ import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pytest_latency import stats
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
@@ -54,6 +56,50 @@ def confidence_for_looks(looks: int, confidence: float = CONFIDENCE) -> float:
     all looks stays within 1 − `confidence`. Without it, five looks at 95% are wrong up to ~5× as
     often (measured: docs/verdicts.md)."""
     return 1 - (1 - confidence) / max(1, looks)
+
+
+def looks_for(samples: int, max_samples: int) -> int:
+    """How many times sequential sampling may judge a test: after `samples`, then after each
+    doubling up to `max_samples` (20 → 40 → 80 → 160 → 200 is five looks)."""
+    looks, n = 1, samples
+    while n < max_samples:
+        n = min(2 * n, max_samples)
+        looks += 1
+    return looks
+
+
+def values_needed(expectation: Expectation, confidence: float = CONFIDENCE) -> int | None:
+    """The fewest values on which a percentile budget can pass with `confidence`: below it the
+    bound it passes on (the upper one for `<`/`<=`, the lower one for `>`/`>=`) does not exist,
+    so whatever the data it can only fail or stay inconclusive. None for other budgets (a mean,
+    a min or max, an aggregate: any n can decide them)."""
+    p = expectation.percentile
+    if p is None or not 0 < p < 100:
+        return None
+    return stats.min_samples_for(p, confidence, bound=pass_bound(expectation))
+
+
+def pass_bound(expectation: Expectation) -> Literal["upper", "lower"]:
+    """The confidence bound a budget passes on: the upper one for `<`/`<=`, else the lower."""
+    return "upper" if expectation.op.startswith("<") else "lower"
+
+
+def samples_needed(expectation: Expectation, samples: int, max_samples: int) -> int | None:
+    """For a test sampled `samples` up to `max_samples` times, one value per sample: the
+    max_samples at which its last look could pass `expectation` with confidence, when the plan's
+    own cannot (None when it can, or when the budget is not a percentile). The per-look
+    confidence rises with the looks, so the answer is the fixed point, not `values_needed` at
+    one look's 95%: a p99 budget sampled 10 → 80 needs 299 values at 95%, 436 at the 98.75% of
+    its four looks, and 492 at the 99.3% of the seven looks that sampling 10 → 492 takes."""
+    need = values_needed(expectation, confidence_for_looks(looks_for(samples, max_samples)))
+    if need is None or need <= max_samples:
+        return None
+    while True:
+        more = values_needed(expectation, confidence_for_looks(looks_for(samples, need)))
+        assert more is not None
+        if more <= need:
+            return need
+        need = more
 
 
 def worst_status(statuses: Iterable[str], *, regressed: bool = False) -> str | None:
@@ -334,5 +380,9 @@ __all__ = [
     "judge",
     "judge_evidence",
     "judge_shards",
+    "looks_for",
+    "pass_bound",
+    "samples_needed",
+    "values_needed",
     "worst_status",
 ]

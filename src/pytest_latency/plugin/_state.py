@@ -80,11 +80,9 @@ class SamplingPlan(NamedTuple):
     def looks(self) -> int:
         """How many times the verdicts may be computed: after `samples`, then after each
         doubling until `max_samples` (20 → 40 → 80 → 160 → 200 is five looks)."""
-        looks, n = 1, self.samples
-        while n < self.max_samples:
-            n = min(2 * n, self.max_samples)
-            looks += 1
-        return looks
+        from pytest_latency.verdicts import looks_for
+
+        return looks_for(self.samples, self.max_samples)
 
 
 class RunState:

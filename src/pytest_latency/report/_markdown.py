@@ -4,7 +4,8 @@ Owns the Markdown layout and the escaping of everything that came from the run (
 arbitrary parametrize ids: `|` would split a table cell, `<script>` would reach the page as HTML
 on some renderers, `*`/`_`/`` ` `` would restyle the text), and the short diagnosis and errors
 sections (one line per finding kind for failing or flagged tests; failed calls by error kind).
-May import `results` and its siblings `_format` and `_diagnosis`; never jinja2.
+May import `results` and its siblings `_diagnosis` and `_view` (`cache_text`, the cache cell the
+HTML report shows too); never jinja2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from pytest_latency import units as fmt
 from pytest_latency.report import _diagnosis as diag
+from pytest_latency.report._view import cache_text
 from pytest_latency.results import (
     MIN_VALUES,
     SIGNIFICANCE,
@@ -65,10 +67,6 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _stat(test: Mapping[str, Any], metric: str, key: str) -> str:
     block = test.get("metrics", {}).get(metric)
     return fmt.value(block.get("unit", "us"), block.get(key)) if block else fmt.ABSENT
-
-
-def _cache(ratio: Mapping[str, Any]) -> str:
-    return fmt.ratio(ratio.get("value")) if ratio.get("cache_fields") == "reported" else "absent"
 
 
 def _test_verdict(test: Mapping[str, Any]) -> str:
@@ -161,7 +159,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "ttft", "p95"),
                     _stat(t, "tpot", "p50"),
                     _stat(t, "e2e", "p95"),
-                    _cache(t.get("cache_read_ratio", {})),
+                    cache_text(t),
                     _test_verdict(t),
                 )
                 for t in shown[:MAX_ROWS]

@@ -153,10 +153,34 @@ def _metric(test: Mapping[str, Any], metric: str) -> Mapping[str, Any] | None:
     return block
 
 
-def _cache_text(ratio: Mapping[str, Any]) -> str:
+def cache_thresholds(scope: Mapping[str, Any]) -> tuple[float, ...]:
+    """The thresholds of a test's (or the session's) budgets on its whole cache read ratio
+    (none with `{model=...}` filters): what the ratio shown beside them must not round across."""
+    return tuple(
+        float(b["threshold"])
+        for b in scope.get("budgets", ())
+        if b.get("metric") == "cache_read_ratio"
+        and "{" not in str(b.get("expr", ""))
+        and isinstance(b.get("threshold"), int | float)
+    )
+
+
+def run_cache_thresholds(result: Mapping[str, Any]) -> tuple[float, ...]:
+    """Every cache read ratio budget of the run (each test's and the session's): what a rollup's
+    ratio, which has no budget of its own, is read against."""
+    scopes = [*result.get("tests", ()), result.get("session", {})]
+    return tuple(sorted({t for scope in scopes for t in cache_thresholds(scope)}))
+
+
+def cache_text(scope: Mapping[str, Any], thresholds: Sequence[float] | None = None) -> str:
+    """The cache read ratio of a test, group or the session as every table shows it: "absent"
+    when no call reported cache fields, else a percentage on the right side of its budgets
+    (`thresholds`, or the scope's own)."""
+    ratio = scope.get("cache_read_ratio", {})
     if ratio.get("cache_fields") != "reported":
         return "absent"
-    return fmt.ratio(ratio.get("value"))
+    limits = cache_thresholds(scope) if thresholds is None else thresholds
+    return fmt.ratio(ratio.get("value"), limits)
 
 
 def _budget_row(
@@ -236,7 +260,13 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
     )
 
 
-def _cache_statement(ratio: Mapping[str, Any], usage: Mapping[str, Any] | None) -> Statement:
+def _cache_statement(
+    scope: Mapping[str, Any],
+    usage: Mapping[str, Any] | None,
+    thresholds: Sequence[float] | None = None,
+) -> Statement:
+    ratio = scope.get("cache_read_ratio", {})
+    limits = cache_thresholds(scope) if thresholds is None else thresholds
     seen = ""
     if usage:
         fields = [
@@ -259,7 +289,8 @@ def _cache_statement(ratio: Mapping[str, Any], usage: Mapping[str, Any] | None) 
         )
     value = ratio.get("value") or 0.0
     text = (
-        f"{fmt.ratio(value)} of input tokens were read from the prompt cache "
+        f"{fmt.ratio(value, limits)} of input tokens were read from the prompt "
+        "cache "
         f"({ratio.get('read_tokens', 0):,} of {ratio.get('input_tokens', 0):,} over "
         f"{ratio.get('calls_reporting', 0)} calls)." + seen
     )
@@ -370,7 +401,7 @@ def _hints(test: Mapping[str, Any]) -> tuple[str, ...]:
     phase = _phase_statement(test)
     if phase is not None:
         hints.append(f"{phase.label}: {phase.text}")
-    hints.append(_cache_statement(test.get("cache_read_ratio", {}), None).text)
+    hints.append(_cache_statement(test, None).text)
     titles = _finding_titles(test)
     if titles:
         hints.append(f"Diagnosis: {titles} (see the test's details).")
@@ -387,7 +418,7 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
         s
         for s in (
             _phase_statement(test),
-            _cache_statement(test.get("cache_read_ratio", {}), test.get("usage_fields")),
+            _cache_statement(test, test.get("usage_fields")),
             _calls_statement(test),
             _flags_statement(test.get("flags", {})),
         )
@@ -452,7 +483,7 @@ def _priority(index: int, test: Mapping[str, Any]) -> tuple[int, float, int]:
     return (rank, -float(e2e), index)
 
 
-def _group_row(group: Mapping[str, Any]) -> GroupRow:
+def _group_row(group: Mapping[str, Any], thresholds: Sequence[float]) -> GroupRow:
     metrics = group.get("metrics", {})
     return GroupRow(
         model=str(group.get("model", "*")),
@@ -464,7 +495,7 @@ def _group_row(group: Mapping[str, Any]) -> GroupRow:
         ttft_p95=_stat(metrics.get("ttft"), "p95"),
         tpot_p50=_stat(metrics.get("tpot"), "p50"),
         e2e_p95=_stat(metrics.get("e2e"), "p95"),
-        cache=_cache_text(group.get("cache_read_ratio", {})),
+        cache=cache_text(group, thresholds),
     )
 
 
@@ -503,6 +534,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         per_test_budgets.append(rows)
         budget_rows.extend(rows)
     session = result.get("session", {})
+    run_thresholds = run_cache_thresholds(result)
     for budget in session.get("budgets", []):
         budget_rows.append(_budget_row(budget, session_label(budget), None, ()))
 
@@ -543,7 +575,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             tpot_p50=_stat(_metric(test, "tpot"), "p50"),
             e2e_p95=_stat(_metric(test, "e2e"), "p95"),
             prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
-            cache=_cache_text(test.get("cache_read_ratio", {})),
+            cache=cache_text(test),
             verdict=_test_verdict(test),
             has_detail=i in detailed,
             flagged=sum(int(v) for v in (test.get("flags") or {}).values()),
@@ -564,9 +596,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         ),
         charts.histogram_chart("All calls: inter-chunk gaps", _buckets(session_metrics.get("itl"))),
     )
-    session_statements = tuple(
-        s for s in (_cache_statement(session.get("cache_read_ratio", {}), None),) if s is not None
-    )
+    session_statements = tuple(s for s in (_cache_statement(session, None),) if s is not None)
     groups = result.get("groups", {})
     combined = [g for g in groups.values() if "model" in g and "endpoint" in g]
     group_charts = tuple(
@@ -608,7 +638,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         details_omitted=len(tests) - len(details),
         session_statements=session_statements,
         session_charts=session_charts,
-        groups=tuple(_group_row(g) for g in combined),
+        groups=tuple(_group_row(g, run_thresholds) for g in combined),
         group_charts=group_charts,
         environment=_environment(run),
     )
