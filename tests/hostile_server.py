@@ -1,4 +1,5 @@
-"""A hostile HTTP server on 127.0.0.1 for tests: canned misbehaviours, served per path.
+"""A hostile HTTP server on 127.0.0.1 for tests: canned misbehaviours and recorded bodies replayed
+on a known schedule, served per path.
 
 Owns the server (a `ThreadingHTTPServer` on a free port, in a daemon thread) and a small library
 of behaviours. A behaviour is any callable that writes one whole response to the handler's
@@ -68,6 +69,13 @@ class HostileServer:
     def served(self, path: str) -> int:
         """How many requests `path` has answered."""
         return self._served.get(path, 0)
+
+    def route(self, path: str, behaviours: Sequence[Behaviour]) -> None:
+        """Serve `path` with these behaviours from now on, counting afresh: one server for many
+        replays (stopping one waits out `serve_forever`'s half-second poll)."""
+        with self._lock:
+            self._routes[path] = list(behaviours)
+            self._served[path] = 0
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         path = handler.path.split("?", 1)[0]
@@ -220,5 +228,40 @@ def echo_headers(status: int = 401) -> Behaviour:
         handler.send_header("content-length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+
+    return behave
+
+
+def replay(
+    pieces: Sequence[bytes],
+    delays_s: Sequence[float],
+    log: list[int],
+    *,
+    status: int = 200,
+    content_type: str = "text/event-stream",
+    headers: Mapping[str, str] | None = None,
+) -> Behaviour:
+    """A recorded body on a known schedule: `pieces[i]` is written `delays_s[i]` seconds after
+    the piece before it (the first, after the headers), each flushed as it goes. `log` gets the
+    `perf_counter_ns()` of the headers and of each piece, read just before its write, so no
+    client in this process can stamp a piece before its entry: the replay's ground truth. A
+    JSON body is sent with its length; a stream ends when the server closes, as servers do."""
+
+    def behave(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("content-type", content_type)
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        if content_type == "application/json":
+            handler.send_header("content-length", str(sum(len(p) for p in pieces)))
+        handler.send_header("connection", "close")
+        log.append(time.perf_counter_ns())
+        handler.end_headers()
+        for piece, delay in zip(pieces, delays_s, strict=True):
+            if delay > 0:
+                time.sleep(delay)
+            log.append(time.perf_counter_ns())
+            handler.wfile.write(piece)
+            handler.wfile.flush()
 
     return behave

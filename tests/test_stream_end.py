@@ -139,3 +139,24 @@ def test_a_stream_left_open_after_a_break_is_incomplete_not_cut_off(sim: SimServ
     assert call.final.error is None and call.final.incomplete
     stream.close()
     client.close()
+
+
+def test_a_stream_with_no_content_ends_at_its_end_marker_when_eof_was_not_read() -> None:
+    """openai's SDK raises on a Responses `error` event and closes the response: a failed call
+    with no content event, never read to EOF (vercel/ai's recorded insufficient_quota stream,
+    tests/corpus/sdk/). Its e2e is the error event's arrival, not absent."""
+    from test_metrics import make_record
+
+    from pytest_latency.metrics import call_metrics
+
+    error = (
+        b'event: error\ndata: {"type":"error","sequence_number":2,"error":'
+        b'{"type":"insufficient_quota","code":"insufficient_quota","message":"quota"}}\n\n'
+    )
+    created = b'event: response.created\ndata: {"type":"response.created","response":{}}\n\n'
+    record = make_record("http://h/v1/responses", [(10.0, created), (30.0, error)], eof=False)
+    m = call_metrics(record)
+    assert m.error == "sse_error:insufficient_quota" and not m.incomplete
+    assert m.ttft is None and m.e2e == pytest.approx(30_000)
+    left_open = make_record("http://h/v1/responses", [(10.0, created)], eof=False)
+    assert call_metrics(left_open).e2e is None  # no end marker, no EOF: no end to measure

@@ -291,8 +291,11 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
             tpot = (e2e - ttft) / (out - 1)
     else:
         # No token timing exists (non-streaming, opaque, unknown API, prefetched, or no content
-        # at all): e2e is the body being read to its end.
-        e2e = us(record.t_headers_ns if record.prefetched else record.t_eof_ns)
+        # at all): e2e is the body's end, its EOF or, where the client stopped at the stream's
+        # end marker instead (openai's sync Stream at [DONE], an SDK raising on an error event),
+        # that marker's arrival.
+        end = record.t_eof_ns if record.t_eof_ns is not None else scan.t_end_marker_ns
+        e2e = us(record.t_headers_ns if record.prefetched else end)
 
     reads_with_content = sorted({read for _, read, _ in content})
     # Read-ahead stamps arrivals in its own thread or task: the consumer's pace is not in them.

@@ -42,6 +42,9 @@ class Scan:
     # The stream's own end marker was read ([DONE], message_stop, response.completed, an error
     # event, a whole JSON body): the body ended, whether or not the client read on to EOF.
     terminal: bool = False
+    # When the first end marker (or error event) arrived: the body's end for a client that
+    # stopped there rather than read on to EOF.
+    t_end_marker_ns: int | None = None
     finished: bool = False  # a finish reason arrived (the end marker may still follow)
     model: str | None = None
     # The walk stopped at `wire.EVENT_LIMIT` events: how many decoded bytes were left unparsed.
@@ -211,6 +214,8 @@ class _Walk:
         if _is_done(event):
             # Later events (if any) are still read.
             self.done = True
+            if scan.t_end_marker_ns is None:
+                scan.t_end_marker_ns = event.t_ns
             return
         payload = json_object(event.data)
         if payload is None:
@@ -241,6 +246,8 @@ class _Walk:
         if info_error is not None and scan.error is None:
             scan.error, scan.error_message = info_error, info.error_message
         scan.terminal = scan.terminal or info.terminal
+        if info.terminal and scan.t_end_marker_ns is None:
+            scan.t_end_marker_ns = event.t_ns
         scan.finished = scan.finished or info.finished
         if scan.model is None and info.model is not None:
             scan.model = info.model

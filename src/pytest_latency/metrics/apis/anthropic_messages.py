@@ -1,7 +1,7 @@
 """Anthropic Messages (`POST /v1/messages`): the adapter for its events, bodies and usage.
 
-Owns what Anthropic's stream means: `content_block_delta`s carry text, thinking and tool-input
-content (signature and citation deltas carry none), `message_start` and the cumulative
+Owns what Anthropic's stream means: `content_block_delta`s carry text, thinking, tool-input and
+compaction content (signature and citation deltas carry none), `message_start` and the cumulative
 `message_delta`s carry usage in pieces, `message_stop` ends the stream; `input_tokens` EXCLUDES
 `cache_read_input_tokens` and `cache_creation_input_tokens`, so the normalised input is the three
 summed. Implements `WireApi` as a module. May import only the stdlib and the metrics modules
@@ -42,6 +42,11 @@ _DELTAS = {
     "text_delta": ("text", Classified(channels=(TEXT,))),
     "thinking_delta": ("thinking", Classified(channels=(REASONING,))),
     "input_json_delta": ("partial_json", Classified(channels=(TOOL,))),
+    # Context compaction: the model's summary of the conversation so far, generated in a pass
+    # of its own before the answer and delivered whole in one delta (anthropic-sdk-python's and
+    # pydantic-ai's recordings). Generated output the call waits for, like thinking, and not
+    # the answer: it counts for ttft, not for ttfo.
+    "compaction_delta": ("content", Classified(channels=(REASONING,))),
 }
 # signature_delta: an integrity signature for a thinking block, never shown to anyone.
 # citations_delta: a pointer into the *input* documents attached to the text being written;

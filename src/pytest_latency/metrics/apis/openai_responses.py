@@ -69,9 +69,9 @@ def matches_payload(payload: Mapping[str, Any]) -> bool:
 error = provider_error
 
 
-# Output item types whose content streams as `.delta` events. Every other item the model emits
-# (local_shell_call, computer_call, mcp_approval_request, tool_search_call, web_search_call, …)
-# arrives whole in `response.output_item.added`: that event is its first content (issue #14).
+# Output item types whose content streams as `.delta` events (a shell call's command as
+# `shell_call_command.delta`, a patch as `apply_patch_call_operation_diff.delta`): their
+# `output_item.added` and `.done` carry nothing new.
 _STREAMED_ITEMS = frozenset(
     {
         "message",
@@ -80,8 +80,22 @@ _STREAMED_ITEMS = frozenset(
         "custom_tool_call",
         "mcp_call",
         "code_interpreter_call",
+        "shell_call",
+        "apply_patch_call",
     }
 )
+
+
+def _whole_item(item_type: object) -> bool:
+    """An item the model generated and the server delivers whole (local_shell_call,
+    computer_call, mcp_approval_request, tool_search_call, web_search_call, …): its
+    `output_item.added` is its first content and its `.done` its last, for some (a local shell
+    call's command) the only one that carries it (issue #14). Not the items a tool or server
+    produced: a tool's output (`shell_call_output`, `tool_search_output`, …: the environment's
+    bytes) and `mcp_list_tools` (the MCP server's list of its tools)."""
+    if not isinstance(item_type, str) or item_type in _STREAMED_ITEMS:
+        return False
+    return not (item_type.endswith("_output") or item_type == "mcp_list_tools")
 
 
 def _channel(middle: str) -> str | None:
@@ -134,11 +148,8 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
         if channel is not None and (is_text(delta) or (isinstance(delta, (dict, list)) and delta)):
             return _ON[channel]
         return NOTHING
-    if kind == "response.output_item.added":
-        item_type = as_dict(payload.get("item")).get("type")
-        if isinstance(item_type, str) and item_type not in _STREAMED_ITEMS:
-            return _ON[TOOL]
-        return NOTHING
+    if kind in ("response.output_item.added", "response.output_item.done"):
+        return _ON[TOOL] if _whole_item(as_dict(payload.get("item")).get("type")) else NOTHING
     if kind in _ENDS:
         final = _final(as_dict(payload.get("response")), terminal=True)
         if kind == "response.failed" and final.error is None:
