@@ -25,6 +25,7 @@ _HEADERS = (
     "ttft p95",
     "tpot p50",
     "e2e p95",
+    "turn p95",
     "cache",
     "verdict",
 )
@@ -53,6 +54,7 @@ def summary_lines(tests: Sequence[TestData], *, width: int = 48) -> list[str]:
                 units.duration(pool.percentile("ttft", 95)),
                 units.duration(pool.percentile("tpot", 50)),
                 units.duration(pool.percentile("e2e", 95)),
+                units.duration(pool.percentile("turn", 95)),
                 units.ratio(ratio.value if ratio else None),
                 verdict(test),
             )

@@ -1,7 +1,7 @@
 """Verdicts: a test's expectations held against its pool of values.
 
 Owns the DESIGN rules of what each kind of budget is judged on (per-call metrics over the kept
-successful calls and the values recorded by hand, `itl` over every gap, `calls` one value per
+successful calls and the values recorded by hand, `itl` over every gap, `calls`, `turn` one per
 sample, the aggregates `cache_read_ratio`, `error_rate` and `retries` over calls, `good(...)` as
 the share of calls meeting every condition), the `Judgement` it returns (holding its parsed
 `Expectation`, so nothing downstream parses a budget string again), the inconclusive policy and
@@ -125,8 +125,8 @@ def judge(
     flagged: str = DEFAULT_FLAGGED,
 ) -> list[Judgement]:
     """Judge expectations over a pool: one test's, or several tests' pooled (session and group
-    budgets: per-call values pool across tests, `calls` pools every test's per-sample counts).
-    `flagged` is the flagged-calls policy (`FLAGGED_POLICIES`)."""
+    budgets: per-call values pool across tests, `calls` and `turn` every test's per-sample
+    values). `flagged` is the flagged-calls policy (`FLAGGED_POLICIES`)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown inconclusive policy {policy!r}; valid: {', '.join(POLICIES)}")
     if flagged not in FLAGGED_POLICIES:
@@ -213,10 +213,11 @@ def _judge_one(
             )
         return _judge_exact(expectation, ratio.value, ratio.calls)
     if METRICS[expectation.metric].scope is Scope.SAMPLE:
-        # Values recorded by hand join the pool, as they do for per-call metrics.
-        values: Sequence[float] = [float(c) for c in in_scope.calls_per_sample()] + [
-            m.value for m in in_scope.manual if m.metric == expectation.metric
-        ]
+        # One value per kept sample, whatever the flagged-calls policy: a flagged call's stamps
+        # are the client's pace, but the sample still made its calls and took its time.
+        values = in_scope.values(expectation.metric)
+        if not values:
+            return _no_samples(expectation)
     else:
         values = timed.values(expectation.metric)
     if not values and excluded:
@@ -307,6 +308,18 @@ def _no_data(expectation: Expectation, excluded: int = 0) -> Judgement:
         None,
         0,
         f"{expectation.text}: no values — no captured call produced {expectation.metric!r} ({why})",
+    )
+
+
+def _no_samples(expectation: Expectation) -> Judgement:
+    return _judgement(
+        expectation,
+        "fail",
+        None,
+        None,
+        0,
+        f"{expectation.text}: no values — no kept sample ran (warmup samples and calls made "
+        "outside a sample are not budgeted)",
     )
 
 

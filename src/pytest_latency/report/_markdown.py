@@ -127,8 +127,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     if tests:
         lines += ["### Tests", ""]
         shown = sorted(tests, key=lambda t: {"fail": 0, "inconclusive": 1}.get(_test_verdict(t), 2))
+        figures = ("ttft p50", "ttft p95", "tpot p50", "e2e p95", "turn p95", "cache")
         lines += _table(
-            ("test", "n", "ttft p50", "ttft p95", "tpot p50", "e2e p95", "cache", "verdict"),
+            ("test", "n", *figures, "verdict"),
             [
                 (
                     escape(t["nodeid"]),
@@ -137,6 +138,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "ttft", "p95"),
                     _stat(t, "tpot", "p50"),
                     _stat(t, "e2e", "p95"),
+                    _stat(t, "turn", "p95"),
                     _cache(t.get("cache_read_ratio", {})),
                     _test_verdict(t),
                 )

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_latency.catalogue import POOLED_METRICS
+from pytest_latency.catalogue import BLOCK_METRICS
 from pytest_latency.results._blocks import HdrPool, Tally, metrics_info, rollup_dict
 from pytest_latency.results._budgets import verdict_counts
 from pytest_latency.results._schema import SCHEMA, ResultError
@@ -95,7 +95,7 @@ def _merge_aggregates(
                 pools[metric].add(pool)
             else:
                 pools[metric] = pool
-    order: list[str] = [m for m in POOLED_METRICS if m in pools]
+    order: list[str] = [m for m in BLOCK_METRICS if m in pools]
     metrics = {m: pools[m].block(m) for m in order}
     out = rollup_dict(fields, tally, errors, retried, flags, metrics)
     # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
