@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 from latency_data import (
+    RUN,
     build,
     call_dict,
     call_metrics,
     diagnosis_tests,
     make_test,
     pool_of,
+    records,
     sample_tests,
 )
 
@@ -26,8 +28,12 @@ from pytest_latency.catalogue import OTEL
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.results import (
     SCHEMA,
+    ResultBuilder,
     ResultError,
+    baseline_block,
     budget_status,
+    build_result,
+    changes_of,
     compare_results,
     dumps,
     load_result,
@@ -35,6 +41,7 @@ from pytest_latency.results import (
     verdict_counts,
     write_result,
 )
+from pytest_latency.results import test_status as row_status
 
 
 def _strict_loads(text: str) -> Any:
@@ -506,3 +513,138 @@ def test_the_builder_fed_test_by_test_writes_the_file_build_result_writes() -> N
     assert again["session"] == first["session"] and again["groups"] == first["groups"]
     with pytest.raises(ValueError, match="must keep its pool"):
         builder.replace(0, tests[1])
+
+
+def test_compare_covers_groups_and_the_session_and_adjusts_for_many_comparisons() -> None:
+    base = build([make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)])
+    slower = build([make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)])
+    scopes = {(c.scope, c.nodeid) for c in compare_results(base, slower).regressions}
+    assert ("test", "t.py::test_a") in scopes and ("session", "(session)") in scopes
+    assert any(scope == "group" for scope, _ in scopes)
+    for change in compare_results(base, slower).changes:
+        if change.p_value is not None:
+            assert change.p_adjusted is not None and change.p_adjusted >= change.p_value
+
+
+def test_a_marginal_difference_among_many_tests_is_not_a_regression() -> None:
+    # One test 20 % slower at p ≈ 0.01 on its own, among 30 unchanged tests: 120 comparisons,
+    # so Holm asks p < 0.05 / 120 of the smallest and the marginal one does not pass.
+    rng_tests = [make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=300) for i in range(30)]
+    base = build([*rng_tests, make_test("t.py::test_x", seed=100, samples=12, ttft_ms=300)])
+    head_tests = [make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=300) for i in range(30)]
+    head = build([*head_tests, make_test("t.py::test_x", seed=101, samples=12, ttft_ms=340)])
+    comparison = compare_results(base, head)
+    x = next(c for c in comparison.changes if c.nodeid == "t.py::test_x" and c.metric == "ttft")
+    assert x.p_value is not None and x.p_adjusted is not None
+    assert x.p_adjusted > x.p_value
+    if x.p_value < 0.05:  # the raw test would have called it; the adjusted one must not
+        assert not x.regression
+
+
+def test_too_few_values_get_no_p_value_and_no_verdict() -> None:
+    base = build([make_test("t.py::test_a", seed=1, samples=3, ttft_ms=300)])
+    slower = build([make_test("t.py::test_a", seed=2, samples=3, ttft_ms=900)])
+    ttft = next(
+        c for c in compare_results(base, slower).changes if c.scope == "test" and c.metric == "ttft"
+    )
+    assert ttft.n_base == ttft.n_head == 3
+    assert ttft.p_value is None and not ttft.regression
+
+
+def test_the_baseline_block_round_trips_through_the_file(tmp_path: Path) -> None:
+    base = build([make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)])
+    tests = [make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)]
+    head = build(tests)
+    comparison = compare_results(base, head)
+    block = baseline_block(comparison, "base.json")
+    builder = ResultBuilder()
+    for test in records(tests):
+        builder.add(test)
+    result = builder.result(run=RUN, baseline=block)
+    path = tmp_path / "r.json"
+    write_result(path, result)
+    loaded = load_result(path)
+    assert changes_of(loaded["baseline"]["regressions"]) == comparison.regressions
+    assert loaded["tests"][0]["regressions"] == [
+        c.metric for c in comparison.regressions if c.scope == "test"
+    ]
+    assert row_status(loaded["tests"][0]) == "regressed"
+    merged = merge_results([loaded, loaded])
+    assert [e["shard"] for e in merged["baseline"]["regressions"]] == [0] * len(
+        comparison.regressions
+    ) + [1] * len(comparison.regressions)
+
+
+SESSION_EXPECT = (
+    "ttft.p95 < 600ms",
+    "ttft.p50 < 150ms",
+    "e2e.mean < 2s",
+    "e2e.max < 30s",
+    "ttft.min > 1ms",
+    "error_rate < 10%",
+    "good(ttft < 400ms) >= 50%",
+    "cache_read_ratio > 10%",
+    "retries <= 5",
+    "calls.max <= 3",
+    "ttft{model=claude-sonnet-4-5}.p90 < 1s",
+)
+
+
+def _judged_build(tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result file with the session budgets judged over these tests' calls."""
+    from pytest_latency.budgets import parse_expectation
+    from pytest_latency.pools import Pool
+    from pytest_latency.verdicts import judge
+
+    recs = records(tests)
+    expectations = [parse_expectation(e, source="t") for e in SESSION_EXPECT]
+    judged = judge(expectations, Pool.merged(t.pool for t in recs), policy="estimate")
+    return build_result(recs, run=RUN, session_budgets=judged, session_policy="estimate")
+
+
+def test_merge_judges_the_session_budgets_again_over_every_shard() -> None:
+    # Issue #16, item 3: each shard's entries carry their evidence; the merge adds it up and
+    # judges as one run over all the calls would have, not once per shard.
+    tests = [
+        make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=200 + 40 * i, calls_per_sample=2)
+        for i in range(6)
+    ]
+    whole = _judged_build(tests)
+    merged = merge_results(
+        [load_back(_judged_build(tests[:2])), load_back(_judged_build(tests[2:]))]
+    )
+    expected = {b["expr"]: b for b in whole["session"]["budgets"]}
+    got = {b["expr"]: b for b in merged["session"]["budgets"]}
+    assert list(got) == list(SESSION_EXPECT)  # one row per budget, none per shard
+    for expr, want in expected.items():
+        have = got[expr]
+        assert have["shards"] == 2 and "shard" not in have
+        assert have["n"] == want["n"], expr
+        assert have["status"] == want["status"], (expr, have["message"], want["message"])
+        if "p" in str(want.get("stat")) or want.get("stat") is None:
+            # Percentiles come back from HDR buckets (3 significant digits); the rest exactly.
+            assert have["estimate"] == pytest.approx(want["estimate"], rel=2e-3), expr
+        else:
+            assert have["estimate"] == pytest.approx(want["estimate"], rel=1e-9), expr
+    # A missed session budget fails the merged run.
+    assert got["ttft.p50 < 150ms"]["status"] == "fail"
+    assert merged["summary"]["fail"] >= 1
+
+
+def load_back(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as a shard's file is read back (through JSON and the validator)."""
+    from pytest_latency.results._validate import validate
+
+    return validate(json.loads(dumps(result)), "shard")  # type: ignore[return-value]
+
+
+def test_budgets_a_shard_lacks_are_kept_per_shard_and_labelled() -> None:
+    a = _judged_build([make_test("t.py::a", seed=1, samples=10)])
+    b = build([make_test("t.py::b", seed=2, samples=10)])  # no session budgets
+    merged = merge_results([a, b])
+    shards = {e.get("shard") for e in merged["session"]["budgets"]}
+    assert shards == {0}
+    from pytest_latency.report import render_markdown
+
+    if any(budget_status(e) == "fail" for e in merged["session"]["budgets"]):
+        assert "\\(session, shard 1\\)" in render_markdown(merged)

@@ -74,6 +74,28 @@ def test_a_sample_begun_inside_another_ends_it() -> None:
     assert first.end_ns <= second.start_ns
 
 
+def test_a_run_is_a_sample_until_the_body_marks_one() -> None:
+    # The plugin's run of the body is a sample only if something lands in it outside the body's
+    # own samples; a call before the first one makes it a sample, which ends there.
+    recording = Recording("t.py::test_runs")
+    recording.begin_run(warmup=False)
+    recording.sink(WireRecord("POST", "http://h/v1/messages", b"{}", time.perf_counter_ns()))
+    recording.begin_sample(warmup=False)
+    recording.end_sample()
+    recording.end_run()
+    recording.begin_run(warmup=False)  # marks samples and calls nothing outside them
+    recording.begin_sample(warmup=False)
+    recording.end_sample()
+    recording.end_run()
+    recording.begin_run(warmup=False)  # nothing at all: still a sample, and a turn
+    recording.end_run()
+    spans = recording.measured().spans
+    assert [s.sample for s in spans] == [0, 1, 2, 3] and recording.samples_run == 4
+    run, marked = spans[:2]
+    assert run.end_ns <= marked.start_ns
+    assert run.start_ns < recording.entries[0].record.t_start_ns <= run.end_ns
+
+
 def test_a_report_carries_each_span_once() -> None:
     recording = Recording("t.py::test_report")
     recording.begin_sample(warmup=False)
@@ -354,14 +376,10 @@ def test_latency_sample_blocks_are_the_turns(tester: pytest.Pytester) -> None:
     reprec = tester.inline_run("--latency-sim=instant")
     reprec.assertoutcome(passed=1)
     (test,) = _records(reprec).values()
-    # Only the blocks' samples have calls; each one's turn holds them, and nothing else.
-    with_calls = {c.sample for c in test.calls if c.kept}
-    assert len(with_calls) == 6
-    timed = [s for s in test.spans if s.sample in with_calls]
-    assert len(timed) == 6
-    _check_against_truth(
-        TestData(test.nodeid, spans=tuple(timed), calls=test.calls), _truth(tester.path)
-    )
+    # Six blocks, six turns: the run around them is no sample of its own (no empty turn).
+    assert test.samples == 6 and len(test.pool.turns()) == 6
+    assert {s.sample for s in test.spans if s.kept} == {c.sample for c in test.calls if c.kept}
+    _check_against_truth(test, _truth(tester.path))
 
 
 def test_an_unplanned_body_is_one_turn_from_its_start(tester: pytest.Pytester) -> None:

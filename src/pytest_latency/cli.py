@@ -11,6 +11,7 @@ a traceback. May import `sim`, `results` and `report`; never pytest, never `plug
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ from pytest_latency import __version__
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
+EXIT_BUDGET_FAILED = 1  # merge: a budget of the merged run failed, as pytest exits 1
 EXIT_BAD_INPUT = 2  # also: an output that could not be written
 
 
@@ -48,7 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     merge = commands.add_parser(
         "merge",
         help="merge the result files of CI shards into one",
-        description="Merge result files (exact histogram merge); tests are concatenated.",
+        description=(
+            "Merge result files (exact histogram merge); tests are concatenated and the "
+            "[session] budgets judged again over every shard. Exits 1 when a budget of the "
+            "merged run failed."
+        ),
     )
     merge.add_argument("results", metavar="RESULT.json", nargs="+")
     merge.add_argument("-o", "--output", metavar="ALL.json", required=True)
@@ -110,10 +116,19 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from pytest_latency.results import load_result, merge_results, write_result
+    from pytest_latency.results import load_result, merge_results, verdict_counts, write_result
 
     merged = merge_results([load_result(p) for p in args.results])
     write_result(args.output, merged)
+    missed = verdict_counts(merged)["fail"]
+    if missed:
+        # The merged file is the run's verdict: a budget missed in a shard, or a [session]
+        # budget missed over all of them once judged again, fails it as pytest would have.
+        print(
+            f"pytest-latency: {missed} latency budget(s) failed in the merged run ({args.output})",
+            file=sys.stderr,
+        )
+        return EXIT_BUDGET_FAILED
     return EXIT_OK
 
 
@@ -141,7 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = model_from_args(args)
         except SimSettingsError as exc:
             parser.error(str(exc))
-        serve(model, args.host, args.port)
+        try:
+            serve(model, args.host, args.port)
+        except OSError as exc:  # the port taken, the host not ours: one line, not a traceback
+            # aiohttp's text repeats the address; the errno's own words do not.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            return _fail(f"sim: cannot listen on {args.host}:{args.port}: {reason}")
         return EXIT_OK
     from pytest_latency.results import ResultError, WriteError
 

@@ -205,6 +205,10 @@ class Pool:
         """What went wrong, by error kind: each call counted once, by its final attempt."""
         return Counter(f.error for f in self.finals if f.error is not None)
 
+    def manual_counts(self) -> Counter[str]:
+        """How many values the tests recorded by hand (kept ones), by metric."""
+        return Counter(m.metric for m in self.manual)
+
     def cache_ratio(self) -> CacheRatio | None:
         """Σ cache reads / Σ input over the successful calls that reported cache fields."""
         return cache_ratio(self.ok)

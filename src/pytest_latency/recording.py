@@ -123,10 +123,23 @@ def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
     return tuple(calls), final
 
 
+# `Recording.sample` while the plugin's run of the body is open and has no number yet: the run
+# becomes a sample when it first gets a call or a value of its own, or when it ends without the
+# body having marked samples itself (an empty run still counts as one sample of 0 calls).
+_UNNUMBERED = -1000
+
+
 @dataclass(slots=True)
 class Recording:
     """The live log of one test. `sink` is called from any thread or task; list appends are
-    atomic under the GIL, and the sample counters change only between samples."""
+    atomic under the GIL, and the sample counters change only between samples (or under the
+    lock, when a run of the body is numbered by its first call).
+
+    Two things open a sample: the plugin running the test body (`begin_run`, each run of a
+    budgeted test's loop, or an unplanned test's one run) and the body itself marking one
+    (`begin_sample`, `latency.sample()`). A body that marks its own samples makes the run
+    around them no sample of its own unless something lands in it outside them: ten
+    `latency.sample()` blocks are ten samples, not eleven with an empty first one."""
 
     nodeid: str
     entries: list[_Entry] = field(default_factory=list)
@@ -146,36 +159,80 @@ class Recording:
     # The grouped calls of the first `_grouped_upto` entries, while all of them had finished.
     _grouped: tuple[Call, ...] = ()
     _grouped_upto: int = -1
+    # A run of the body is open (and whether it is a warmup run), and the body marked samples
+    # of its own inside it.
+    _run_open: bool = False
+    _run_warmup: bool = False
+    _marked_in_run: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sink(self, record: WireRecord) -> None:
         record.owner = self.nodeid
-        self.entries.append(_Entry(self.sample, self.warmup, record))
+        sample = self.sample
+        if sample == _UNNUMBERED:
+            sample = self._number_run()
+        self.entries.append(_Entry(sample, self.warmup, record))
 
-    def begin_sample(self, *, warmup: bool, started_ns: int | None = None) -> None:
-        """A sample starts now (or at `started_ns`, a reading taken before this recording
-        existed: an unplanned test's body starts before its first call makes the recording)."""
+    def _next_index(self, *, warmup: bool) -> int:
+        if warmup:
+            self.warmups_run += 1
+            return -1 - self.warmups_run  # warmup samples: -2, -3, ...
+        self.samples_run += 1
+        return self.samples_run - 1
+
+    def _number_run(self) -> int:
+        """The open run's sample index, given now (its first call or value)."""
+        with self._lock:
+            if self.sample == _UNNUMBERED:
+                self.sample = self._next_index(warmup=self._run_warmup)
+            return self.sample
+
+    def begin_run(self, *, warmup: bool, started_ns: int | None = None) -> None:
+        """The plugin runs the test body once: a sample, numbered when it is first used. It
+        starts now, or at `started_ns`: an unplanned test's body starts before its first call
+        makes the recording."""
         now = time.perf_counter_ns()
         with self._lock:
-            self._close(now)  # a sample begun inside another ends that one: calls go to this one
+            self._run_open, self._run_warmup, self._marked_in_run = True, warmup, False
+            self.sample, self.warmup = _UNNUMBERED, warmup
             self.started_ns = now if started_ns is None else started_ns
+
+    def end_run(self) -> None:
+        now = time.perf_counter_ns()  # first: the run's end, not the lock's wait
+        with self._lock:
+            if self.sample == _UNNUMBERED and not self._marked_in_run:
+                # Nothing happened: still a sample, and a turn (a body that needed no call).
+                self.sample = self._next_index(warmup=self._run_warmup)
+            self._close(now)
+            self._run_open = False
+            self.sample, self.warmup = OUTSIDE, False
+
+    def begin_sample(self, *, warmup: bool) -> None:
+        """The body marks a sample of its own; inside a warmup run it is a warmup sample too."""
+        now = time.perf_counter_ns()
+        with self._lock:
+            # The run's sample, if something made it one, gets nothing more from here on: it
+            # ends now (and so does a sample the body marked inside another).
+            self._close(now)
+            if self._run_open:
+                self._marked_in_run = True
+                warmup = warmup or self._run_warmup
             self.warmup = warmup
-            if warmup:
-                self.warmups_run += 1
-                self.sample = -1 - self.warmups_run  # warmup samples: -2, -3, ...
-            else:
-                self.sample = self.samples_run
-                self.samples_run += 1
+            self.sample = self._next_index(warmup=warmup)
+            self.started_ns = now
 
     def end_sample(self) -> None:
-        now = time.perf_counter_ns()  # first: the sample's end, not the lock's wait
+        now = time.perf_counter_ns()
         with self._lock:
             self._close(now)
+            # Between and after the body's own samples, its calls are outside any sample.
             self.sample = OUTSIDE
-            self.warmup = False
+            self.warmup = self._run_warmup if self._run_open else False
 
     def _close(self, now: int) -> None:
-        if self.sample != OUTSIDE:
+        """The open sample's span ends at `now` (none is open outside samples, nor while the
+        run has no number yet)."""
+        if self.sample not in (OUTSIDE, _UNNUMBERED):
             self.spans.append(SampleSpan(self.sample, self.warmup, self.started_ns, now))
 
     def record_value(self, metric: str, value: float) -> None:
@@ -185,7 +242,11 @@ class Recording:
         if spec.scope is Scope.AGGREGATE:
             raise ValueError(f"{metric!r} is computed over calls and cannot be recorded by hand")
         number = _finite(metric, value)
-        sample = self.sample if self.sample != OUTSIDE else max(self.samples_run - 1, 0)
+        sample = self.sample
+        if sample == _UNNUMBERED:
+            sample = self._number_run()
+        elif sample == OUTSIDE:
+            sample = max(self.samples_run - 1, 0)
         self.manual.append(ManualValue(sample, self.warmup, metric, number))
 
     def calls(self) -> tuple[Call, ...]:

@@ -71,7 +71,7 @@ class Router:
 
                 created = Recording(self.nodeid)
                 if self.body_running:
-                    created.begin_sample(warmup=False, started_ns=self.body_started_ns)
+                    created.begin_run(warmup=False, started_ns=self.body_started_ns)
                 self.recording = created
             return self.recording
 
@@ -90,11 +90,11 @@ class Router:
             self.body_running = True
             self.body_started_ns = started
             if self.recording is not None:
-                self.recording.begin_sample(warmup=False, started_ns=started)
+                self.recording.begin_run(warmup=False, started_ns=started)
 
     def end_plain_run(self) -> None:
         """The body has returned (or raised): its sample ends."""
         with self._lock:
             self.body_running = False
             if self.recording is not None:
-                self.recording.end_sample()
+                self.recording.end_run()

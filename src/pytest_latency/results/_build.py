@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pytest_latency import diagnose
 from pytest_latency.catalogue import BLOCK_METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, record_values
+from pytest_latency.policies import DEFAULT_POLICY
 from pytest_latency.pools import cache_ratio, call_values
 from pytest_latency.results._blocks import (
     FLAGS,
@@ -33,7 +34,8 @@ from pytest_latency.results._blocks import (
     ratio_block,
     rollup_dict,
 )
-from pytest_latency.results._budgets import budget_entry, verdict_counts
+from pytest_latency.results._budgets import budget_entry, session_budget_entry, verdict_counts
+from pytest_latency.results._compare import regressed_metrics
 from pytest_latency.results._schema import SCHEMA, MetricBlock, PhaseBlock, PrefillBlock
 
 if TYPE_CHECKING:
@@ -417,9 +419,14 @@ class ResultBuilder:
         run: Mapping[str, Any],
         session_budgets: Sequence[Judgement] = (),
         partial: bool = False,
+        baseline: Mapping[str, Any] | None = None,
+        session_policy: str = DEFAULT_POLICY,
     ) -> dict[str, Any]:
         """The result file of what was added so far (docs/result-schema.md); the builder is
-        left as it was, so it can be asked again (`partial` after an interrupt)."""
+        left as it was, so it can be asked again (`partial` after an interrupt). `baseline` is
+        the comparison with a saved run (`baseline_block`): the file carries it, and each
+        regressed test's entry names its regressed metrics. `session_policy` is the inconclusive
+        policy the session budgets were judged under (their entries carry it)."""
         diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
         result: dict[str, Any] = {
             "schema": SCHEMA,
@@ -439,13 +446,21 @@ class ResultBuilder:
                 )
                 for key, group in sorted(self._groups.items())
             },
-            "session": {
-                **_rollup_dict(
-                    self._session, self._parts.values(), "session", diagnosed, self._samples
-                ),
-                "budgets": [budget_entry(j) for j in session_budgets],
-            },
+            "session": _rollup_dict(
+                self._session, self._parts.values(), "session", diagnosed, self._samples
+            ),
         }
+        session = result["session"]
+        session["budgets"] = [
+            session_budget_entry(j, session_policy, session["metrics"]) for j in session_budgets
+        ]
+        if baseline is not None:
+            result["baseline"] = dict(baseline)
+            regressed = regressed_metrics(baseline)
+            result["tests"] = [
+                {**e, "regressions": regressed[e["nodeid"]]} if e["nodeid"] in regressed else e
+                for e in result["tests"]
+            ]
         result["summary"] = verdict_counts(result)
         return result
 
@@ -456,6 +471,7 @@ def build_result(
     run: Mapping[str, Any],
     session_budgets: Sequence[Judgement] = (),
     partial: bool = False,
+    session_policy: str = DEFAULT_POLICY,
 ) -> dict[str, Any]:
     """The result file of one run from the plugin's per-test records (docs/result-schema.md).
 
@@ -466,4 +482,6 @@ def build_result(
     builder = ResultBuilder()
     for test in tests:
         builder.add(test)
-    return builder.result(run=run, session_budgets=session_budgets, partial=partial)
+    return builder.result(
+        run=run, session_budgets=session_budgets, partial=partial, session_policy=session_policy
+    )
