@@ -4,6 +4,7 @@ writing, and the comparison of two runs."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from latency_data import (
+    MODEL,
     RUN,
     build,
     call_dict,
@@ -26,6 +28,7 @@ from latency_data import (
 from pytest_latency import stats
 from pytest_latency.catalogue import OTEL
 from pytest_latency.histogram import LatencyHistogram
+from pytest_latency.metrics import CallMetrics
 from pytest_latency.results import (
     SCHEMA,
     ResultBuilder,
@@ -145,6 +148,63 @@ def test_retried_attempts_count_as_one_call() -> None:
     assert entry["retried_errors"] == {"http_429": 1}
     [row] = entry["timeline"]["samples"][0]["calls"]
     assert row[0] == 0 and row[1] == 700_000 and row[2] == 1_400_000  # from the first attempt
+    # The call's times are what the application waited, the attempt's own apart.
+    metrics = entry["metrics"]
+    assert metrics["ttft"]["max"] == 700_000 and metrics["attempt_ttft"]["max"] == 200_000
+    assert metrics["e2e"]["max"] == 1_400_000 and metrics["attempt_e2e"]["max"] == 900_000
+
+
+def _retry_first_call(data: dict[str, Any], back_off_ms: float = 300.0) -> dict[str, Any]:
+    """`data` with its first call answered by an SDK retry: a 429 handed off `back_off_ms`
+    before the attempt that answered."""
+    answered = CallMetrics.from_dict(data["calls"][0]["attempts"][0])
+    refused = call_metrics(
+        t_start_ms=answered.t_start_ns / 1e6 - back_off_ms,
+        ttft_ms=None,
+        e2e_ms=2,
+        model=answered.model,
+        error="http_429",
+    )
+    data["calls"][0] = call_dict(0, refused, dataclasses.replace(answered, attempt=1))
+    return data
+
+
+def _attempt_blocks(metrics: dict[str, Any]) -> set[str]:
+    return {m for m in metrics if m.startswith("attempt_")}
+
+
+def test_attempt_blocks_are_written_only_where_a_call_was_retried() -> None:
+    plain = make_test("t.py::test_plain", samples=4)
+    retried = _retry_first_call(make_test("t.py::test_retried", seed=1, samples=4, model="m2"))
+    result = build([plain, retried])
+    assert result["metrics_info"]["attempt_ttft"] == {"unit": "us", "otel": None}
+    entry_plain, entry_retried = result["tests"]
+    assert not _attempt_blocks(entry_plain["metrics"])  # absent: the same as ttft, ...
+    assert not _attempt_blocks(result["groups"][f"model={MODEL}"]["metrics"])
+    for scope in (entry_retried, result["groups"]["model=m2"], result["session"]):
+        metrics = scope["metrics"]
+        assert _attempt_blocks(metrics) == {f"attempt_{m}" for m in ("ttfb", "ttft", "ttfo", "e2e")}
+        for name in ("ttfb", "ttft", "ttfo", "e2e"):
+            call, attempt = metrics[name], metrics[f"attempt_{name}"]
+            assert call["count"] == attempt["count"] == (8 if scope is result["session"] else 4)
+            # One call of them waited 300 ms more than its own attempt took.
+            gap = (call["mean"] - attempt["mean"]) * call["count"]
+            assert gap == pytest.approx(300_000, abs=call["count"])  # rollups' integer sums
+            assert attempt["otel"] is None
+    assert "attempt_ttft" not in OTEL
+
+
+def test_merging_a_shard_without_retries_equals_the_unsharded_run() -> None:
+    # The same model in both: a rollup's attempt blocks add up the plain shard's call blocks.
+    plain = make_test("t.py::test_plain", samples=4)
+    retried = _retry_first_call(make_test("t.py::test_retried", seed=1, samples=4))
+    whole = build([plain, retried])
+    assert _attempt_blocks(whole["session"]["metrics"])
+    merged = merge_results([build([plain]), build([retried])])
+    assert dumps(_without_volatile(merged)) == dumps(_without_volatile(whole))
+    # Shards without a retry leave the attempt blocks out, merged too.
+    alone = merge_results([build([plain]), build([make_test("t.py::test_b", seed=2)])])
+    assert not _attempt_blocks(alone["session"]["metrics"])
 
 
 def test_timeline_tells_fan_out_from_a_serial_chain(result: dict[str, Any]) -> None:

@@ -15,8 +15,8 @@ needs and nothing more, and the rule of how two shards' statistics add (`Evidenc
 `gather` decides which calls and values are in scope (filters, flagged calls, failed calls,
 hand-recorded values), once: `verdicts` judges a test from it, and `pytest-latency merge`
 re-judges the `[session]` budgets of several shards from their entries' `evidence`
-(`to_dict`/`from_dict`, docs/result-schema.md). May import `pools`, `budgets`, `catalogue`,
-`metrics`, `stats`, `histogram`; never pytest.
+(`to_dict`/`from_dict`, docs/result-schema.md). May import `pools`, `calls`, `budgets`,
+`catalogue`, `metrics`, `stats`, `histogram`; never pytest.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 from pytest_latency import stats
 from pytest_latency.budgets import Expectation
+from pytest_latency.calls import metric_value
 from pytest_latency.catalogue import METRICS, Scope
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.metrics import CallMetrics
@@ -169,13 +170,13 @@ def merge_all(expectation: Expectation, parts: Sequence[Evidence]) -> Evidence:
     return merged
 
 
-def _good(call: CallMetrics, expectation: Expectation) -> bool:
-    if call.error is not None:
+def _good(final: CallMetrics, expectation: Expectation) -> bool:
+    if final.error is not None:
         return False
     values = {
-        name: float(value)
-        for name in METRICS
-        if METRICS[name].scope is Scope.CALL and (value := getattr(call, name, None)) is not None
+        c.metric: value
+        for c in expectation.conditions
+        if (value := metric_value(final, c.metric)) is not None
     }
     return expectation.good_call(values)
 

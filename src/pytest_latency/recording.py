@@ -119,7 +119,7 @@ def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
             metrics, kept = entry.call_metrics()
             attempts.append(metrics)
             final = final and kept
-        calls.append(Call(sample=group[0].sample, warmup=group[0].warmup, attempts=tuple(attempts)))
+        calls.append(Call.of(group[0].sample, group[0].warmup, attempts))
     return tuple(calls), final
 
 

@@ -342,7 +342,8 @@ def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
     return (
         f"{total} of {calls} calls failed{kinds}; {retries} SDK "
         f"retr{'ies' if retries != 1 else 'y'}. Failed calls are left out of the latency "
-        "metrics; a retried call counts once, with the latency of its final attempt."
+        "metrics; a retried call counts once, with the latency the application saw (from its "
+        "first attempt: the back-off included); attempt_* metrics give its final attempt's own."
     )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import diagnose
-from pytest_latency.catalogue import BLOCK_METRICS, POOLED_METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, record_values
 from pytest_latency.policies import DEFAULT_POLICY
 from pytest_latency.pools import cache_ratio, call_values
@@ -33,6 +33,7 @@ from pytest_latency.results._blocks import (
     metrics_info,
     ratio_block,
     rollup_dict,
+    without_repeats,
 )
 from pytest_latency.results._budgets import budget_entry, session_budget_entry, verdict_counts
 from pytest_latency.results._compare import regressed_metrics
@@ -54,6 +55,9 @@ MAX_ERROR_DETAIL: Final = 200
 # The group keys of a call (`_group_keys`, keys only): calls with the same keys land in the same
 # rollups, so their values are counted once per key set and each rollup adds up its key sets.
 _Keys = tuple[str, ...]
+# ttft → attempt_ttft, ...: the attempt metric counted with its call metric's values when no
+# successful call of a batch came after a retry (they are the same values then).
+_ATTEMPT_OF: Final = {base: metric for metric, base in ATTEMPT_METRICS.items()}
 
 
 @dataclass(slots=True)
@@ -91,11 +95,20 @@ class _Part:
         self.flags.update(flag_counts(finals))
         self.tally.add_ratio(cache_ratio(ok))
         self.phases.add(ok)
-        # The values of the successful calls only (hand-recorded values carry no model).
+        # The values of the successful calls only (hand-recorded values carry no model). Unless
+        # one of them came after a retry, an attempt metric's values are its call metric's:
+        # counted with them, not read again.
+        waited = any(f.waited_us for f in ok)
         for metric in POOLED_METRICS:
+            if metric in ATTEMPT_METRICS and not waited:
+                continue
             values = call_values(ok, metric)
             if values:
-                record_values(values, (self.counts.setdefault(metric, BucketCounts()),))
+                into = [self.counts.setdefault(metric, BucketCounts())]
+                twin = _ATTEMPT_OF.get(metric)
+                if twin is not None and not waited:
+                    into.append(self.counts.setdefault(twin, BucketCounts()))
+                record_values(values, into)
 
     def add(self, other: _Part) -> None:
         """`other`'s counters, errors, flags and bucket counts added to these (the phase columns
@@ -151,6 +164,7 @@ def _rollup_dict(
         counts = counted.get(metric)
         if counts is not None and counts.count:
             metrics[metric] = HdrPool.of((counts,)).block(metric)
+    metrics = without_repeats(metrics)
     out = rollup_dict(
         group.fields, total.tally, total.errors, total.retried_errors, total.flags, metrics
     )
@@ -180,6 +194,9 @@ def test_blocks(test: TestData) -> dict[str, Any]:
     metrics: dict[str, MetricBlock] = {}
     for metric in BLOCK_METRICS:
         data = pool.values(metric)  # the calls' (or samples') values and hand-recorded ones
+        base = ATTEMPT_METRICS.get(metric)
+        if base is not None and data == pool.values(base):
+            continue  # no retry made them differ: `without_repeats`' rule, before the block
         if data:
             counts = BucketCounts()
             record_values(data, (counts,))
@@ -301,23 +318,13 @@ def _timeline(calls: Sequence[Call]) -> dict[str, Any]:
         origin = group[0].attempts[0].t_start_ns
         rows = []
         for call in group[:MAX_TIMELINE_CALLS]:
-            first, final = call.attempts[0], call.final
-            final_offset = (final.t_start_ns - origin) / 1000
-            end = (
-                final_offset + final.e2e
-                if final.e2e is not None
-                else (final.t_end_ns - origin) / 1000
-            )
-            token = None if final.ttft is None else round(final_offset + final.ttft)
-            rows.append(
-                [
-                    round((first.t_start_ns - origin) / 1000),
-                    token,
-                    round(end),
-                    final.api,
-                    final.error,
-                ]
-            )
+            final = call.final
+            start = (call.attempts[0].t_start_ns - origin) / 1000
+            # The call's own ttft and e2e, from its first attempt: its row spans the back-off.
+            ttft, e2e = call.value("ttft"), call.value("e2e")
+            end = start + e2e if e2e is not None else (final.t_end_ns - origin) / 1000
+            token = None if ttft is None else round(start + ttft)
+            rows.append([round(start), token, round(end), final.api, final.error])
         samples.append({"sample": sample, "calls": rows})
     return {"samples": samples, "truncated": truncated}
 
@@ -325,7 +332,7 @@ def _timeline(calls: Sequence[Call]) -> dict[str, Any]:
 def _prefill(calls: Sequence[CallMetrics], fit: Mapping[str, Any]) -> PrefillBlock | None:
     """TTFT against uncached input tokens for the chart, with the line `diagnose` fitted (its
     slope is the prefill cost per uncached token, its intercept the fixed overhead), or its
-    reason for not fitting one."""
+    reason for not fitting one. The attempt's own ttft, as the fit's (no back-off in it)."""
     points = [
         (c.input_tokens - (c.cache_read_tokens or 0), c.ttft, bool(c.cache_read_tokens))
         for c in calls

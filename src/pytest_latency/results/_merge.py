@@ -14,8 +14,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_latency.catalogue import BLOCK_METRICS
-from pytest_latency.results._blocks import HdrPool, Tally, metrics_info, rollup_dict
+from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS
+from pytest_latency.results._blocks import (
+    HdrPool,
+    Tally,
+    attempt_blocks,
+    metrics_info,
+    rollup_dict,
+    without_repeats,
+)
 from pytest_latency.results._budgets import session_budget_entry, verdict_counts
 from pytest_latency.results._schema import SCHEMA, ResultError
 from pytest_latency.results._validate import check_tag
@@ -147,6 +154,9 @@ def _merge_aggregates(
     retried: Counter[str] = Counter()
     flags: Counter[str] = Counter()
     pools: dict[str, HdrPool] = {}
+    # The attempt metrics some shard wrote: a shard that left one out had it equal its call
+    # metric's block, and adds that.
+    attempts = {m for part in parts for m in part["metrics"] if m in ATTEMPT_METRICS}
     for part in parts:
         tally.tests += int(part["tests"])
         tally.call_count += int(part["call_count"])
@@ -159,14 +169,14 @@ def _merge_aggregates(
         errors.update(part.get("errors", {}))
         retried.update(part.get("retried_errors", {}))
         flags.update(part.get("flags", {}))
-        for metric, block in part["metrics"].items():
+        for metric, block in attempt_blocks(part["metrics"], attempts).items():
             pool = HdrPool.from_block(block)
             if metric in pools:
                 pools[metric].add(pool)
             else:
                 pools[metric] = pool
     order: list[str] = [m for m in BLOCK_METRICS if m in pools]
-    metrics = {m: pools[m].block(m) for m in order}
+    metrics = without_repeats({m: pools[m].block(m) for m in order})
     out = rollup_dict(fields, tally, errors, retried, flags, metrics)
     # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
     # own findings, marked with its `shard` (0-based index among the merged files), and none
