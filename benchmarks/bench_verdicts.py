@@ -155,7 +155,7 @@ def model_sampler(seed: int) -> Callable[[], float]:
 def data_of(values: Sequence[float]) -> Pool:
     """A test's pool of hand-recorded values, as `latency.record` would leave it."""
     manual = [ManualValue(i, False, "ttft", v) for i, v in enumerate(values)]
-    return Pool.of((), manual, len(values))
+    return Pool.of((), manual, len(values), ())
 
 
 def sound_run(

@@ -101,13 +101,16 @@ def make_test(
 ) -> dict[str, Any]:
     """One test's data: `samples` kept samples of `calls_per_sample` calls each (serial or
     overlapping), lognormal-ish TTFTs around `ttft_ms` that grow with uncached input tokens, and
-    `errors` failed calls (HTTP 429) at the end. Warmup samples come first."""
+    `errors` failed calls (HTTP 429) at the end. Warmup samples come first. Each sample's span
+    (its `turn`) starts 2 ms before its first call and ends 1 ms after its last."""
     rng = random.Random(seed)
     calls: list[dict[str, Any]] = []
+    spans: list[list[Any]] = []
     clock = 1_000.0
     for index in range(-warmup, samples):
         sample = index if index >= 0 else -2 - (index + warmup)
         t = clock
+        end = clock
         for k in range(calls_per_sample):
             prompt = rng.randint(500, 4000)
             cached = prompt - 200 if cache_every and (index + k) % cache_every == 0 else 0
@@ -125,7 +128,9 @@ def make_test(
                 output_tokens=rng.randint(40, 80),
             )
             calls.append(call_dict(sample, metrics, warmup=index < 0))
+            end = max(end, t + e2e)
             t = t + e2e + 5 if serial else t + 3
+        spans.append([sample, index < 0, int((clock - 2) * 1e6), int((end + 1) * 1e6)])
         clock = t + 10_000
     for k in range(errors):
         failed = call_metrics(
@@ -138,6 +143,7 @@ def make_test(
         "warmup": warmup,
         "calls": calls,
         "manual": [],
+        "spans": spans,
         "location": [nodeid.split("::")[0], 10 + seed],
         "policy": "gate",
     }

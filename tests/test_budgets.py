@@ -471,7 +471,7 @@ def valid_expressions(draw: st.DrawFn) -> tuple[str, Expectation]:
         st.dictionaries(
             st.sampled_from(["model", "endpoint", "api"]),
             st.text(alphabet="abcxyz0123-/._:", min_size=1, max_size=8),
-            max_size=3,
+            max_size=3 if spec.filterable else 0,
         )
     )
     filter_text = ""
@@ -882,3 +882,70 @@ def test_parse_tolerance_rejects(text: str, reason: str) -> None:
     with pytest.raises(BudgetError) as info:
         parse_tolerance(text)
     assert info.value.reason == reason and str(info.value) == reason
+
+
+# ---- turn: the wall time of one sample -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "stat", "threshold", "shown"),
+    [
+        ("turn.p90 < 2s", "p90", 2_000_000.0, "2 s"),
+        ("turn.max <= 1500ms", "max", 1_500_000.0, "1500 ms"),
+        ("turn.mean < 250 ms", "mean", 250_000.0, "250 ms"),
+        ("turn.p99.9 < 3s", "p99.9", 3_000_000.0, "3 s"),
+    ],
+)
+def test_turn_is_a_time_budget_with_a_stat(
+    text: str, stat: str, threshold: float, shown: str
+) -> None:
+    got = parse(text)
+    assert (got.metric, got.stat, got.threshold) == ("turn", stat, threshold)
+    assert METRICS["turn"].scope is Scope.SAMPLE and METRICS["turn"].dimension is Dimension.TIME
+    # Its verdicts speak its author's unit, like every time budget's.
+    assert got.format_value(threshold) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments", "column"),
+    [
+        # Filters select calls; a turn is a whole sample's.
+        ("turn{model=x}.p90 < 2s", ["turn is the wall time of one sample", "no filter"], 5),
+        # good(...) judges each call: a turn condition is a clear error that says what to write.
+        (
+            "good(turn < 2s) >= 90%",
+            ["conditions are per call", "turn is per sample", "'turn.p90 ...'", "ttft"],
+            6,
+        ),
+        ("good(ttft < 1s, turn < 2s) >= 90%", ["turn is per sample"], 17),
+        ("turn < 2s", ["needs a statistic", "'turn.p95'"], 6),
+        ("turn.p90 < 2", ["turn is a time", "unit"], 13),
+        ("turn.p90 < 2 tok", ["'tok' does not fit turn"], 14),
+        ("turn.p90 < 50%", ["'%' does not fit turn"], 14),
+    ],
+)
+def test_turn_budget_errors(text: str, fragments: list[str], column: int) -> None:
+    with pytest.raises(BudgetError) as info:
+        parse(text)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    assert f"(column {column})" in message, message
+
+
+def test_turn_budgets_in_a_budget_file_name_their_line() -> None:
+    text = (
+        "[[budget]]\nmarker = 'agent'\nexpect = ['calls.max <= 4', 'turn.p90 < 250ms']\n\n"
+        "[session]\nexpect = ['turn.p99 < 2s']\n"
+    )
+    f = parse_budget_file(text, path="budgets.toml")
+    assert [e.text for e in f.rules[0].expectations] == ["calls.max <= 4", "turn.p90 < 250ms"]
+    assert [(e.metric, e.threshold) for e in f.session] == [("turn", 2_000_000.0)]
+    with pytest.raises(BudgetError) as info:
+        parse_budget_file(
+            "[[budget]]\nselect = 'a'\nexpect = [\n  'turn.p90 < 2s',\n"
+            "  'turn{api=x}.p90 < 2s',\n]\n",
+            path="budgets.toml",
+        )
+    assert str(info.value).startswith("budgets.toml:5: "), info.value
+    assert "takes no filter" in str(info.value)

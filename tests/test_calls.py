@@ -86,7 +86,7 @@ def _pool() -> Pool:
     quick = Call.of(1, False, [call_metrics(t_start_ms=1000, ttft_ms=40, e2e_ms=400)])
     gave_up = call_metrics(t_start_ms=3000, ttft_ms=None, e2e_ms=2, error="http_429", attempt=1)
     failed = Call.of(2, False, [REFUSED, gave_up])
-    return Pool.of([_retried(0), quick, failed], (), 3)
+    return Pool.of([_retried(0), quick, failed], (), 3, ())
 
 
 def test_the_pool_holds_the_applications_times_and_the_attempts_apart() -> None:
@@ -163,5 +163,5 @@ def test_diagnosis_reads_what_the_server_did_and_the_what_ifs_what_the_user_wait
         )
         for i in range(5)
     ]
-    (single, *_) = diagnose.what_ifs(Pool.of(retried, (), 5))["ttft"]["fan_out"]
+    (single, *_) = diagnose.what_ifs(Pool.of(retried, (), 5, ()))["ttft"]["fan_out"]
     assert single["k"] == 1 and single["p50"] == pytest.approx(292_000)

@@ -190,7 +190,7 @@ def test_a_report_never_carries_an_attempt_twice() -> None:
 
 
 def test_hand_recorded_calls_join_the_calls_budget() -> None:
-    pool = Pool.of((), [ManualValue(0, False, "calls", 5.0)], 2)
+    pool = Pool.of((), [ManualValue(0, False, "calls", 5.0)], 2, ())
     (judgement,) = judge([parse_expectation("calls.max <= 1", source="t")], pool)
     assert not judgement.passed and judgement.estimate == 5.0 and judgement.n == 3
 

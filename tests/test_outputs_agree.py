@@ -159,18 +159,21 @@ def test_terminal_file_html_and_markdown_agree(pytester: pytest.Pytester) -> Non
             "ttft p95": units.duration(metrics["ttft"]["p95"]),
             "tpot p50": units.duration(metrics["tpot"]["p50"]),
             "e2e p95": units.duration(metrics["e2e"]["p95"]),
+            "turn p95": units.duration(metrics["turn"]["p95"]),
             "cache": units.ratio(test["cache_read_ratio"]["value"]),
             "verdict": _status(test),
         }
-        # terminal: n calls err ttft50 ttft95 tpot50 e2e95 cache verdict
+        # terminal: n calls err ttft50 ttft95 tpot50 e2e95 turn95 cache verdict
         t = terminal[nodeid]
-        assert [t[0], *t[3:9]] == list(figures.values()), (nodeid, t, figures)
+        assert [t[0], *t[3:10]] == list(figures.values()), (nodeid, t, figures)
         assert t[1] == str(test["call_count"]) and t[2] == str(test["error_count"])
-        # HTML: nodeid outcome samples calls errors ttft50 ttft95 tpot50 e2e95 prefill cache ...
+        # HTML: nodeid outcome samples calls errors ttft50 ttft95 tpot50 e2e95 turn95 prefill
+        # cache ...
         h = html_rows[nodeid]
-        assert [h[2], h[5], h[6], h[7], h[8], h[10], h[13]] == list(figures.values()), (nodeid, h)
-        assert h[9] == units.ratio(test["phase"]["prefill_share"])
-        # Markdown: n ttft50 ttft95 tpot50 e2e95 cache verdict
+        shown = [h[2], h[5], h[6], h[7], h[8], h[9], h[11], h[14]]
+        assert shown == list(figures.values()), (nodeid, h)
+        assert h[10] == units.ratio(test["phase"]["prefill_share"])
+        # Markdown: n ttft50 ttft95 tpot50 e2e95 turn95 cache verdict
         m = markdown[nodeid]
         assert m == list(figures.values()), (nodeid, m, figures)
 

@@ -102,8 +102,8 @@ def test_markdown_summary(result: dict[str, Any]) -> None:
     assert "| tests/chat/test\\_answer.py::test\\_short\\_answer | ttft.p95 &lt; 400ms |" in text
     assert INJECTED not in text
     row = next(line for line in text.splitlines() if "test\\_inject" in line)
-    # A `|` in the id must not split the table row: 8 columns means 9 unescaped pipes.
-    assert len(re.findall(r"(?<!\\)\|", row)) == 9
+    # A `|` in the id must not split the table row: 9 columns means 10 unescaped pipes.
+    assert len(re.findall(r"(?<!\\)\|", row)) == 10
 
 
 @pytest.mark.parametrize(
@@ -236,7 +236,7 @@ def test_errors_by_kind_with_attempts_in_the_run_summary_and_per_test(diag_page:
     assert cells == ["1", "4", "3", "1", "rate_limit_error: slow down"]  # failed, attempts, …
     assert "2 call(s) consumer-bound" in detail
     # The tests table counts the flagged calls.
-    assert re.search(r"test_flaky_provider</a></td>(<td[^>]*>[^<]*</td>){10}<td>2<", diag_page)
+    assert re.search(r"test_flaky_provider</a></td>(<td[^>]*>[^<]*</td>){11}<td>2<", diag_page)
 
 
 def test_finding_messages_are_escaped(diag_result: dict[str, Any], diag_page: str) -> None:

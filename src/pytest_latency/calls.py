@@ -1,10 +1,11 @@
-"""The units a test's measurements are made of: a logical call and a value recorded by hand.
+"""The units a test's measurements are made of: a logical call, a value recorded by hand, a sample.
 
 Owns `Call` (one LLM call: its attempts, SDK retries included, each a `CallMetrics` computed once
 when its wire record finished, and how long after the call's first hand-off each was handed off),
 `metric_value` (the one reading of a per-call metric off a call: the application's view for the
 public times, the final attempt's own for `attempt_*`), `ManualValue` (a value the test recorded
-itself), which of them a budget pools (`kept`: a call or value of a kept, non-warmup sample) and
+itself), `SampleSpan` (when one sample, one run of the test body, started and ended: its `turn`),
+which of them a budget pools (`kept`: a call, value or sample of a kept, non-warmup sample) and
 their plain-data form on the test report. May import `metrics` (for the `CallMetrics` type) and
 `catalogue`; never pytest.
 """
@@ -27,6 +28,12 @@ OUTSIDE = -1
 
 # The plain-data form of a call on the test report (JSON-able; pytest-xdist forwards it as is).
 CallWire = dict[str, object]
+
+
+def is_kept(sample: int, warmup: bool) -> bool:
+    """Whether what happened in `sample` is budgeted: a kept sample's, not a warmup's and not
+    outside every sample (fixtures)."""
+    return sample >= 0 and not warmup
 
 
 def reading(metric: str) -> tuple[str, bool]:
@@ -94,7 +101,7 @@ class Call:
     @property
     def kept(self) -> bool:
         """Made in a kept sample (not warmup, not a fixture's): what budgets pool."""
-        return self.sample >= 0 and not self.warmup
+        return is_kept(self.sample, self.warmup)
 
     def to_wire(self, *, fingerprints: bool = True) -> CallWire:
         return {
@@ -127,4 +134,23 @@ class ManualValue(NamedTuple):
 
     @property
     def kept(self) -> bool:
-        return self.sample >= 0 and not self.warmup
+        return is_kept(self.sample, self.warmup)
+
+
+class SampleSpan(NamedTuple):
+    """One sample's run, from its start to its end in `perf_counter_ns` readings (the clock
+    capture stamps calls with): its wall time is the `turn` metric."""
+
+    sample: int
+    warmup: bool
+    start_ns: int
+    end_ns: int
+
+    @property
+    def kept(self) -> bool:
+        return is_kept(self.sample, self.warmup)
+
+    @property
+    def turn(self) -> float:
+        """The sample's wall time in µs (the base unit of time metrics)."""
+        return (self.end_ns - self.start_ns) / 1000

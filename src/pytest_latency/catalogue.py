@@ -57,6 +57,9 @@ class MetricSpec:
     summary: str
     # ttfb and ttfo have no OTel counterpart and map to nothing rather than to a near miss.
     otel: OtelMapping | None = None
+    # Whether a budget's `{model=...}` filters apply: they select calls, and a metric of the
+    # whole sample (`turn`, its wall time) is no call's.
+    filterable: bool = True
 
     @property
     def unit(self) -> str:
@@ -164,15 +167,26 @@ _SPECS = (
     MetricSpec("error_rate", Scope.AGGREGATE, Dimension.RATIO, "failed calls / all calls"),
     MetricSpec("calls", Scope.SAMPLE, Dimension.COUNT, "LLM calls made by one sample"),
     MetricSpec("retries", Scope.AGGREGATE, Dimension.COUNT, "extra attempts the SDK made"),
+    # No OTel counterpart: gen_ai.client.operation.duration is one call's; an agent turn spans
+    # several (OTel's invoke_agent span has no metric).
+    MetricSpec("turn", Scope.SAMPLE, Dimension.TIME, "wall time of one sample", filterable=False),
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 
 TIME_METRICS = tuple(s.name for s in _SPECS if s.dimension is Dimension.TIME)
 TOKEN_METRICS = tuple(s.name for s in _SPECS if s.dimension is Dimension.TOKENS)
-# What a pool holds sorted values of, and the result file writes a block for: every per-call and
-# per-chunk metric, times first.
+# The metrics whose values come from calls (every per-call and per-chunk metric, times first):
+# what the groups' rollups count per model and endpoint.
 POOLED_METRICS = tuple(s.name for s in _SPECS if s.scope in (Scope.CALL, Scope.CHUNK))
+# The per-sample times: one value per kept sample, measured around the sample (`turn`).
+SAMPLE_TIME_METRICS = tuple(
+    s.name for s in _SPECS if s.scope is Scope.SAMPLE and s.dimension is Dimension.TIME
+)
+# What a test's result entry writes a distribution block for (the pooled metrics, then the
+# per-sample times), and the session too. `calls` is a short list of small integers, written as
+# the entry's `calls_per_sample` instead.
+BLOCK_METRICS = POOLED_METRICS + SAMPLE_TIME_METRICS
 # The timing metrics `compare` and the baseline gate hold two runs to.
 COMPARED_METRICS = ("ttft", "tpot", "itl", "e2e")
 OTEL = {s.name: s.otel for s in _SPECS if s.otel is not None}

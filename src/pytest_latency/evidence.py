@@ -204,7 +204,8 @@ def _of_ratio(ratio: CacheRatio | None) -> Evidence:
 def gather(expectation: Expectation, pool: Pool, *, exclude: bool = False) -> Evidence:
     """The statistic `expectation` is judged on over `pool` (DESIGN's scope rules): per-call
     metrics over the successful calls in its filters plus the values recorded by hand, without
-    flagged calls when `exclude`; `calls` one value per sample; the aggregates over calls."""
+    flagged calls when `exclude`; `calls` and `turn` one value per sample; the aggregates over
+    calls."""
     in_scope = pool.subset(expectation.filters)
     # The timing pools: without the flagged calls when the policy excludes them.
     timed = pool.subset(expectation.filters, unflagged=exclude)
@@ -223,10 +224,10 @@ def gather(expectation: Expectation, pool: Pool, *, exclude: bool = False) -> Ev
     if expectation.metric == "cache_read_ratio":
         return _of_ratio(in_scope.cache_ratio())
     if METRICS[expectation.metric].scope is Scope.SAMPLE:
-        # Values recorded by hand join the pool, as they do for per-call metrics.
-        counts = [float(c) for c in in_scope.calls_per_sample()]
-        manual = [m.value for m in in_scope.manual if m.metric == expectation.metric]
-        return _of_values(expectation, stats.SortedValues.of(counts + manual), 0)
+        # One value per kept sample (and the values recorded by hand, as for per-call metrics),
+        # whatever the flagged-calls policy: a flagged call's stamps are the client's pace, but
+        # the sample still made its calls and took its time.
+        return _of_values(expectation, in_scope.values(expectation.metric), 0)
     return _of_values(expectation, timed.values(expectation.metric), excluded)
 
 

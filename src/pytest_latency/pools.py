@@ -2,7 +2,7 @@
 
 Owns `Pool`: a test's kept calls (those of kept, non-warmup samples), their final attempts, the
 successful ones, the sorted values of every per-call and per-chunk metric (successful calls plus
-the values recorded by hand), the calls of each sample, the prompt-cache ratio, errors and
+the values recorded by hand), each sample's calls and `turn`, the prompt-cache ratio, errors and
 retries. It is built once per test and read by the verdicts, the diagnosis, the terminal, the
 result file and the report, so a figure they share is one figure. Subsets (a budget's
 `{model=...}` filters, the unflagged calls) are pools too, built on first use and kept.
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
-from pytest_latency.calls import Call, ManualValue, reading
+from pytest_latency.calls import Call, ManualValue, SampleSpan, reading
 from pytest_latency.catalogue import POOLED_METRICS
 from pytest_latency.stats import SortedValues
 
@@ -43,11 +43,13 @@ class CacheRatio(NamedTuple):
 
 
 class _Part(NamedTuple):
-    """One test's share of a pool: its kept calls and how many samples it ran (a sample that
-    made no call still counts, with 0 calls)."""
+    """One test's share of a pool: its kept calls, how many samples it ran (a sample that made
+    no call still counts, with 0 calls) and the wall time of each, in µs (a sample's own: a
+    subset of the calls keeps them all)."""
 
     calls: tuple[Call, ...]
     samples: int
+    turns: tuple[float, ...] = ()
 
 
 def _matches(call: CallMetrics, filters: Filters) -> bool:
@@ -109,11 +111,21 @@ class Pool:
         self._subsets: dict[tuple[Filters, bool], Pool] = {}
 
     @classmethod
-    def of(cls, calls: Iterable[Call], manual: Iterable[ManualValue], samples: int) -> Pool:
-        """One test's pool from all its calls and values (only the kept ones are pooled)."""
-        return cls(
-            [_Part(tuple(c for c in calls if c.kept), samples)], [m for m in manual if m.kept]
+    def of(
+        cls,
+        calls: Iterable[Call],
+        manual: Iterable[ManualValue],
+        samples: int,
+        spans: Iterable[SampleSpan],
+    ) -> Pool:
+        """One test's pool from all its calls, values and sample spans (only the kept ones are
+        pooled)."""
+        part = _Part(
+            tuple(c for c in calls if c.kept),
+            samples,
+            tuple(s.turn for s in spans if s.kept),
         )
+        return cls([part], [m for m in manual if m.kept])
 
     @classmethod
     def merged(cls, pools: Iterable[Pool]) -> Pool:
@@ -128,18 +140,24 @@ class Pool:
     # ---- values --------------------------------------------------------------------------------
 
     def values(self, metric: str) -> SortedValues:
-        """The sorted values of a per-call or per-chunk metric: every successful call that has
-        it, plus the values the tests recorded by hand."""
+        """The sorted values of a distribution metric: every successful call that has it (a
+        per-call or per-chunk metric), or one value per kept sample (`calls`, `turn`), plus the
+        values the tests recorded by hand."""
         found = self._cache.get(metric)
         if found is None:
-            if metric not in POOLED_METRICS:
-                raise ValueError(f"{metric!r} is not a per-call or per-chunk metric")
             if self._members:
                 # Each member's values are sorted (and usually cached): sorting their
                 # concatenation merges runs, several times cheaper than sorting afresh.
                 raw = list(chain.from_iterable(m.values(metric) for m in self._members))
             else:
-                raw = call_values(self.ok, metric)
+                if metric == "calls":
+                    raw = [float(c) for c in self.calls_per_sample()]
+                elif metric == "turn":
+                    raw = list(self.turns())
+                elif metric in POOLED_METRICS:
+                    raw = call_values(self.ok, metric)
+                else:
+                    raise ValueError(f"{metric!r} is not a distribution metric")
                 raw.extend(m.value for m in self.manual if m.metric == metric)
             found = self._cache[metric] = SortedValues.of(raw)
         return found
@@ -167,6 +185,11 @@ class Pool:
                     per[call.sample] += 1
             counts.extend(per)
         return tuple(counts)
+
+    def turns(self) -> tuple[float, ...]:
+        """The `turn` metric as measured (no hand-recorded values): each kept sample's wall
+        time in µs, test after test."""
+        return tuple(t for part in self._parts for t in part.turns)
 
     @property
     def samples(self) -> int:
@@ -210,6 +233,7 @@ class Pool:
                         if _matches(c.final, filters) and not (unflagged and c.final.flagged)
                     ),
                     part.samples,
+                    part.turns,
                 )
                 for part in self._parts
             ]

@@ -1,7 +1,8 @@
 """Recording: one test's captured calls, grouped into samples and attempts.
 
 Owns the per-test log that capture's records are routed into: which sample (one run of the test
-body) each attempt started in, whether that sample was warmup, manual values recorded by the test,
+body) each attempt started in, whether that sample was warmup, when each sample started and ended
+(its `turn`, read from the clock capture stamps calls with), manual values recorded by the test,
 and the grouping of SDK retries into one logical call. Each attempt's `CallMetrics` is computed
 once, when its wire record has finished, and kept; the grouped calls are kept too until a new
 attempt arrives, so reading `latency.calls` in a loop, or judging after every look of sequential
@@ -20,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from pytest_latency.calls import OUTSIDE, Call, ManualValue
+from pytest_latency.calls import OUTSIDE, Call, ManualValue, SampleSpan
 from pytest_latency.catalogue import METRICS, Dimension, Scope
 from pytest_latency.wire import WireRecord
 
@@ -87,6 +88,7 @@ class Measured(NamedTuple):
     warmup: int
     calls: tuple[Call, ...]
     manual: tuple[ManualValue, ...]
+    spans: tuple[SampleSpan, ...] = ()
 
 
 def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
@@ -142,14 +144,18 @@ class Recording:
     nodeid: str
     entries: list[_Entry] = field(default_factory=list)
     manual: list[ManualValue] = field(default_factory=list)
+    # The samples that have ended, in order, and the start of the one running now.
+    spans: list[SampleSpan] = field(default_factory=list)
+    started_ns: int = 0
     sample: int = OUTSIDE
     warmup: bool = False
     samples_run: int = 0
     warmups_run: int = 0
-    # Entries and manual values a report has carried already: what comes after the call report
-    # (fixture teardown) travels on the teardown report.
+    # Entries, manual values and spans a report has carried already: what comes after the call
+    # report (fixture teardown) travels on the teardown report.
     reported: int = 0
     reported_manual: int = 0
+    reported_spans: int = 0
     # The grouped calls of the first `_grouped_upto` entries, while all of them had finished.
     _grouped: tuple[Call, ...] = ()
     _grouped_upto: int = -1
@@ -181,32 +187,53 @@ class Recording:
                 self.sample = self._next_index(warmup=self._run_warmup)
             return self.sample
 
-    def begin_run(self, *, warmup: bool) -> None:
-        """The plugin runs the test body once: a sample, numbered when it is first used."""
+    def begin_run(self, *, warmup: bool, started_ns: int | None = None) -> None:
+        """The plugin runs the test body once: a sample, numbered when it is first used. It
+        starts now, or at `started_ns`: an unplanned test's body starts before its first call
+        makes the recording."""
+        now = time.perf_counter_ns()
         with self._lock:
             self._run_open, self._run_warmup, self._marked_in_run = True, warmup, False
             self.sample, self.warmup = _UNNUMBERED, warmup
+            self.started_ns = now if started_ns is None else started_ns
 
     def end_run(self) -> None:
+        now = time.perf_counter_ns()  # first: the run's end, not the lock's wait
         with self._lock:
             if self.sample == _UNNUMBERED and not self._marked_in_run:
-                self._next_index(warmup=self._run_warmup)  # nothing happened: still a sample
+                # Nothing happened: still a sample, and a turn (a body that needed no call).
+                self.sample = self._next_index(warmup=self._run_warmup)
+            self._close(now)
             self._run_open = False
             self.sample, self.warmup = OUTSIDE, False
 
     def begin_sample(self, *, warmup: bool) -> None:
         """The body marks a sample of its own; inside a warmup run it is a warmup sample too."""
+        now = time.perf_counter_ns()
         with self._lock:
+            # The run's sample, if something made it one, gets nothing more from here on: it
+            # ends now (and so does a sample the body marked inside another).
+            self._close(now)
             if self._run_open:
                 self._marked_in_run = True
                 warmup = warmup or self._run_warmup
             self.warmup = warmup
             self.sample = self._next_index(warmup=warmup)
+            self.started_ns = now
 
     def end_sample(self) -> None:
-        # Between and after the body's own samples, its calls are outside any sample.
-        self.sample = OUTSIDE
-        self.warmup = self._run_warmup if self._run_open else False
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._close(now)
+            # Between and after the body's own samples, its calls are outside any sample.
+            self.sample = OUTSIDE
+            self.warmup = self._run_warmup if self._run_open else False
+
+    def _close(self, now: int) -> None:
+        """The open sample's span ends at `now` (none is open outside samples, nor while the
+        run has no number yet)."""
+        if self.sample not in (OUTSIDE, _UNNUMBERED):
+            self.spans.append(SampleSpan(self.sample, self.warmup, self.started_ns, now))
 
     def record_value(self, metric: str, value: float) -> None:
         spec = METRICS.get(metric)
@@ -236,7 +263,12 @@ class Recording:
     def measured(self) -> Measured:
         """Everything this recording holds."""
         return Measured(
-            self.nodeid, self.samples_run, self.warmups_run, self.calls(), tuple(self.manual)
+            self.nodeid,
+            self.samples_run,
+            self.warmups_run,
+            self.calls(),
+            tuple(self.manual),
+            tuple(self.spans),
         )
 
     @property
@@ -248,6 +280,7 @@ class Recording:
         as reported."""
         entries = self.entries[self.reported :]  # copies: threads may still append
         manual = self.manual[self.reported_manual :]
+        spans = self.spans[self.reported_spans :]  # the samples that have ended
         # An attempt still reading now outlives the test's body (a thread or task nobody
         # joined): it is measured up to this moment and recorded as cut off (issue #14). An
         # abandoned stream (a `break` with the stream left open) is not reading: incomplete.
@@ -258,11 +291,14 @@ class Recording:
                 record.t_cut_ns = now
         self.reported += len(entries)
         self.reported_manual += len(manual)
+        self.reported_spans += len(spans)
         if self.reported == len(entries) and self._grouped_upto == len(entries):
             calls = self._grouped  # exactly these entries, grouped and final already
         else:
             calls, _ = _group(entries)
-        return Measured(self.nodeid, self.samples_run, self.warmups_run, calls, tuple(manual))
+        return Measured(
+            self.nodeid, self.samples_run, self.warmups_run, calls, tuple(manual), tuple(spans)
+        )
 
 
 class LatencyRecorder:

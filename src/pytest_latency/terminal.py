@@ -30,6 +30,7 @@ _HEADERS = (
     "ttft p95",
     "tpot p50",
     "e2e p95",
+    "turn p95",
     "cache",
     "verdict",
 )
@@ -72,6 +73,7 @@ def summary_lines(
             units.duration(pool.percentile("ttft", 95)),
             units.duration(pool.percentile("tpot", 50)),
             units.duration(pool.percentile("e2e", 95)),
+            units.duration(pool.percentile("turn", 95)),
             units.ratio(ratio.value if ratio else None, _cache_thresholds(test)),
             verdict(test, regressed=test.nodeid in regressed),
         )
@@ -87,7 +89,7 @@ def summary_lines(
 
 
 # The metrics the table has a column for: a value recorded by hand shows in it.
-_COLUMNS = ("ttft", "tpot", "e2e")
+_COLUMNS = ("ttft", "tpot", "e2e", "turn")
 
 
 def _by_hand(pool: Pool) -> str:

@@ -1,7 +1,7 @@
 """The per-test record: what one test measured and what was decided about it.
 
 Owns `TestData`, the one typed record of a test that the plugin builds on the process that ran
-it and every later stage reads: its calls and hand-recorded values, its sample counts, where it
+it and every later stage reads: its calls, hand-recorded values, sample counts and spans, where it
 is, its outcome, its judgements (each holding its parsed `Expectation`) and its findings, plus the
 pool of its values, built once on first use. Its plain-data form (`to_wire` / `from_wire`) is what
 rides on the test report (the `pytest_latency` attribute pytest-xdist forwards and report-writing
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_latency.calls import Call, ManualValue
+from pytest_latency.calls import Call, ManualValue, SampleSpan
 from pytest_latency.pools import Pool
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ class TestData:
     warmup: int = 0
     calls: tuple[Call, ...] = ()
     manual: tuple[ManualValue, ...] = ()
+    # When each sample ran (warmup ones too; the pool keeps the kept ones): the `turn` metric.
+    spans: tuple[SampleSpan, ...] = ()
     location: tuple[str, int | None] | None = None
     outcome: str = "passed"
     judgements: tuple[Judgement, ...] = ()
@@ -69,6 +71,7 @@ class TestData:
             warmup=measured.warmup,
             calls=measured.calls,
             manual=measured.manual,
+            spans=measured.spans,
             location=location,
         )
 
@@ -76,7 +79,7 @@ class TestData:
     def pool(self) -> Pool:
         """The values of this test's kept calls, built once."""
         if self._pool is None:
-            self._pool = Pool.of(self.calls, self.manual, self.samples)
+            self._pool = Pool.of(self.calls, self.manual, self.samples, self.spans)
         return self._pool
 
     @property
@@ -127,6 +130,7 @@ class TestData:
             "warmup": self.warmup,
             "calls": [c.to_wire() for c in self.calls],
             "manual": [list(m) for m in self.manual],
+            "spans": [list(span) for span in self.spans],
             "location": list(self.location) if self.location is not None else None,
             "outcome": self.outcome,
         }
@@ -161,6 +165,10 @@ class TestData:
             manual=tuple(
                 ManualValue(int(m[0]), bool(m[1]), str(m[2]), float(m[3]))
                 for m in data.get("manual", ())
+            ),
+            spans=tuple(
+                SampleSpan(int(span[0]), bool(span[1]), int(span[2]), int(span[3]))
+                for span in data.get("spans", ())
             ),
             location=(str(location[0]), location[1]) if location else None,
             outcome=str(data.get("outcome", "passed")),

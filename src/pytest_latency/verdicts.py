@@ -2,7 +2,7 @@
 
 Owns how each kind of budget is judged from what `evidence.gather` found in its scope (the DESIGN
 rules of scope live there: per-call metrics over the kept successful calls and the values
-recorded by hand, `itl` over every gap, `calls` one value per sample, the aggregates
+recorded by hand, `itl` over every gap, `calls`, `turn` one value per sample, the aggregates
 `cache_read_ratio`, `error_rate` and `retries` over calls, `good(...)` as the share of calls
 meeting every condition), `judge_evidence` (the same verdict from several shards' evidence
 added up), the `Judgement` it returns (holding its parsed `Expectation`, so nothing downstream
@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pytest_latency import stats
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
+from pytest_latency.catalogue import METRICS, Scope
 from pytest_latency.evidence import (
     EXTREME,
     MEAN,
@@ -265,6 +266,9 @@ def _judged_evidence(expectation: Expectation, ev: Evidence, confidence: float) 
                 "(self-hosted servers need e.g. vLLM --enable-prompt-tokens-details, "
                 "SGLang --enable-cache-report)",
             )
+        spec = METRICS.get(expectation.metric)
+        if spec is not None and spec.scope is Scope.SAMPLE:
+            return _no_samples(expectation)
         return _no_data(expectation, ev.excluded)
     if ev.kind == PROPORTION:
         return _judged(expectation, stats.proportion_estimate(ev.hits, ev.n, confidence))
@@ -340,6 +344,18 @@ def judge_shards(
     over all their calls at once."""
     return _apply_policy(
         judge_evidence(expectation, merge_all(expectation, parts), confidence), expectation, policy
+    )
+
+
+def _no_samples(expectation: Expectation) -> Judgement:
+    return _judgement(
+        expectation,
+        "fail",
+        None,
+        None,
+        0,
+        f"{expectation.text}: no values — no kept sample ran (warmup samples and calls made "
+        "outside a sample are not budgeted)",
     )
 
 

@@ -234,7 +234,16 @@ class _Parser:
         if name == GOOD:
             return self.goodput(start)
         spec = self.metric(name, start)
+        self.skip_ws()
+        filters_at = self.pos
         filters = self.filters()
+        if filters and not spec.filterable:
+            self.fail(
+                f"{spec.name} is the {spec.summary} and takes no filter: filters select calls, "
+                f"and a sample's {spec.name} is no call's",
+                filters_at,
+                self.pos,
+            )
         stat, percentile = self.stat(spec)
         op = self.op()
         threshold = self.threshold(spec.dimension, spec.name, op)
@@ -633,8 +642,10 @@ class _Parser:
         spec = self.metric(name, start)
         if spec.scope is not Scope.CALL:
             per_call = ", ".join(s.name for s in METRICS.values() if s.scope is Scope.CALL)
+            # A per-sample metric has its own distribution to budget: say how.
+            own = f" (budget it on its own: '{name}.p90 ...'); " if spec.takes_stat else "; "
             self.fail(
-                f"good(...) conditions are per call, and {name} is per {spec.scope.value}; "
+                f"good(...) conditions are per call, and {name} is per {spec.scope.value}{own}"
                 f"per-call metrics: {per_call}",
                 start,
                 start + len(name),

@@ -14,6 +14,7 @@ the first call). May import `recording` and `wire`; never pytest.
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class Router:
         "_lock",
         "_session",
         "body_running",
+        "body_started_ns",
         "nodeid",
         "recording",
         "text_limit",
@@ -37,6 +39,7 @@ class Router:
         self.recording: Recording | None = None  # its recording, once it has one
         # An unplanned test's body is running: its calls are sample 0, not fixture calls.
         self.body_running = False
+        self.body_started_ns = 0  # when it started: its sample's start, whenever it is made
         self.text_limit = 0  # `--latency-capture-text`: characters of text kept per call
         self._lock = threading.Lock()
 
@@ -68,7 +71,7 @@ class Router:
 
                 created = Recording(self.nodeid)
                 if self.body_running:
-                    created.begin_run(warmup=False)
+                    created.begin_run(warmup=False, started_ns=self.body_started_ns)
                 self.recording = created
             return self.recording
 
@@ -82,12 +85,15 @@ class Router:
 
     def begin_plain_run(self) -> None:
         """An unplanned test's body starts: sample 0 (of a recording made now or later)."""
+        started = time.perf_counter_ns()
         with self._lock:
             self.body_running = True
+            self.body_started_ns = started
             if self.recording is not None:
-                self.recording.begin_run(warmup=False)
+                self.recording.begin_run(warmup=False, started_ns=started)
 
     def end_plain_run(self) -> None:
+        """The body has returned (or raised): its sample ends."""
         with self._lock:
             self.body_running = False
             if self.recording is not None:

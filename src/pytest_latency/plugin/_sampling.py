@@ -229,16 +229,19 @@ class TestTracker:
         if self._runs_tests:
             self._router.start(nodeid)
 
-    # The body's start and end are taken from the phases themselves, not from their reports:
-    # pytest-rerunfailures (and pytest-forked) log the reports only after all phases ran.
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> None:
-        if PLAN_KEY not in item.stash:  # a planned test's samples are the sampler's
-            self._router.begin_plain_run()
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_teardown(self) -> None:
-        self._router.end_plain_run()  # before the fixtures' teardown
+    # The body's start and end are taken from the phase itself, not from its reports:
+    # pytest-rerunfailures (and pytest-forked) log the reports only after all phases ran. The
+    # innermost wrapper: its sample (and `turn`) is the body's run, not other plugins' work
+    # around it (output capture, logging); it ends before the call report is made.
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
+        if PLAN_KEY in item.stash:  # a planned test's samples are the sampler's
+            return (yield)
+        self._router.begin_plain_run()
+        try:
+            return (yield)
+        finally:
+            self._router.end_plain_run()
 
     # First: the record must be on the report before pytest-xdist forwards it or anyone reads it.
     @pytest.hookimpl(tryfirst=True)
@@ -268,6 +271,7 @@ class TestTracker:
 
             test = _record_of(recording, report)
             test.manual = tuple(ManualValue(OUTSIDE, *m[1:]) for m in test.manual)
+            test.spans = ()
             test.teardown = True
             test.outcome = self._outcome
             test = _diagnosed(test, ())
@@ -350,7 +354,7 @@ class Sampler:
             measured = recording.measured()
             verdicts = judge(
                 plan.expectations,
-                Pool.of(measured.calls, measured.manual, measured.samples),
+                Pool.of(measured.calls, measured.manual, measured.samples, measured.spans),
                 confidence=confidence,
                 flagged=self._settings.flagged,
             )

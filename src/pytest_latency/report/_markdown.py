@@ -149,8 +149,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         lines += ["### Tests", ""]
         order = {"fail": 0, "regressed": 1, "inconclusive": 2}
         shown = sorted(tests, key=lambda t: order.get(_test_verdict(t), 3))
+        figures = ("ttft p50", "ttft p95", "tpot p50", "e2e p95", "turn p95", "cache")
         lines += _table(
-            ("test", "n", "ttft p50", "ttft p95", "tpot p50", "e2e p95", "cache", "verdict"),
+            ("test", "n", *figures, "verdict"),
             [
                 (
                     escape(t["nodeid"]),
@@ -159,6 +160,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "ttft", "p95"),
                     _stat(t, "tpot", "p50"),
                     _stat(t, "e2e", "p95"),
+                    _stat(t, "turn", "p95"),
                     cache_text(t),
                     _test_verdict(t),
                 )

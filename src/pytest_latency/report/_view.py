@@ -76,6 +76,7 @@ class TestRow:
     ttft_p95: str
     tpot_p50: str
     e2e_p95: str
+    turn_p95: str
     prefill_share: str
     cache: str
     verdict: str  # pass | fail | inconclusive | none
@@ -575,6 +576,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             ttft_p95=_stat(_metric(test, "ttft"), "p95"),
             tpot_p50=_stat(_metric(test, "tpot"), "p50"),
             e2e_p95=_stat(_metric(test, "e2e"), "p95"),
+            turn_p95=_stat(_metric(test, "turn"), "p95"),
             prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
             cache=cache_text(test),
             verdict=_test_verdict(test),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import stats
-from pytest_latency.catalogue import ATTEMPT_METRICS, METRICS, POOLED_METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, METRICS
 from pytest_latency.histogram import BucketCounts, LatencyHistogram
 from pytest_latency.pools import CacheRatio
 from pytest_latency.results._schema import CacheRatioBlock, MetricBlock, OtelBlock
@@ -35,7 +35,7 @@ def otel(metric: str) -> OtelBlock | None:
 
 
 def metrics_info() -> dict[str, dict[str, Any]]:
-    return {m: {"unit": METRICS[m].unit, "otel": otel(m)} for m in POOLED_METRICS}
+    return {m: {"unit": METRICS[m].unit, "otel": otel(m)} for m in BLOCK_METRICS}
 
 
 def _pkey(p: float) -> str:

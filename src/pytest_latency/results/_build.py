@@ -3,9 +3,10 @@
 Owns `ResultBuilder` (and `build_result`, the same over a finished list): each test's entry (its
 metric blocks and counters read from its pool, its budget entries, its findings, what-ifs, time
 split, prefill fit and overlap as `diagnose` computed them, its error kinds and its timeline), the
-per-model/per-endpoint rollups and the session block (HDR histograms, so CI shards merge exactly),
-each value counted into its buckets once, when its test's record arrives. The report renders what
-this builds and never recomputes a metric. May import `testdata`, `pools`, `calls`, `diagnose`,
+per-model/per-endpoint rollups and the session block (HDR histograms, so CI shards merge exactly;
+the session's also holds every test's `turn`, which belongs to no model), each value counted into
+its buckets once, when its test's record arrives. The report renders what this builds and never
+recomputes a metric. May import `testdata`, `pools`, `calls`, `diagnose`,
 `histogram`, `catalogue`, `metrics` (types) and its siblings; never pytest, never jinja2.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import diagnose
-from pytest_latency.catalogue import ATTEMPT_METRICS, POOLED_METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, record_values
 from pytest_latency.policies import DEFAULT_POLICY
 from pytest_latency.pools import cache_ratio, call_values
@@ -146,18 +147,21 @@ def _rollup_dict(
     parts: Iterable[_Part],
     scope: str,
     diagnosed: dict[tuple[int, ...], list[diagnose.Finding]],
+    samples: Mapping[str, BucketCounts] | None = None,
 ) -> dict[str, Any]:
-    """A group's (or the session's) block from the parts it covers. `diagnosed` remembers
-    findings by call set: a model served by one endpoint has the same calls in its `model=` and
-    its `model=,endpoint=` rollups, diagnosed once."""
+    """A group's (or the session's) block from the parts it covers, and (the session's) the
+    per-sample times `samples` counted. `diagnosed` remembers findings by call set: a model
+    served by one endpoint has the same calls in its `model=` and its `model=,endpoint=`
+    rollups, diagnosed once."""
     parts = list(parts)
     total = _Part.empty()
     for part in parts:
         total.add(part)
     total.tally.tests = group.tests
+    counted = {**total.counts, **(samples or {})}
     metrics: dict[str, MetricBlock] = {}
-    for metric in POOLED_METRICS:
-        counts = total.counts.get(metric)
+    for metric in BLOCK_METRICS:
+        counts = counted.get(metric)
         if counts is not None and counts.count:
             metrics[metric] = HdrPool.of((counts,)).block(metric)
     metrics = without_repeats(metrics)
@@ -188,8 +192,8 @@ def test_blocks(test: TestData) -> dict[str, Any]:
     file will be written (`TestData.blocks`), so the end of a session only assembles them."""
     pool = test.pool
     metrics: dict[str, MetricBlock] = {}
-    for metric in POOLED_METRICS:
-        data = pool.values(metric)  # the calls' values and the hand-recorded ones, sorted
+    for metric in BLOCK_METRICS:
+        data = pool.values(metric)  # the calls' (or samples') values and hand-recorded ones
         base = ATTEMPT_METRICS.get(metric)
         if base is not None and data == pool.values(base):
             continue  # no retry made them differ: `without_repeats`' rule, before the block
@@ -371,6 +375,9 @@ class ResultBuilder:
         self._parts: dict[_Keys, _Part] = {}
         self._groups: dict[str, _Group] = {}
         self._session = _Group({})
+        # The session's per-sample times (a sample's wall time belongs to no model or endpoint,
+        # so to no part): measured ones only, as the parts hold no hand-recorded values.
+        self._samples = {"turn": BucketCounts()}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -380,6 +387,9 @@ class ResultBuilder:
         self._entries.append(_test_entry(test))
         self._pools.append(test.pool)
         calls = test.pool.calls
+        turns = test.pool.turns()
+        if turns:
+            record_values(turns, (self._samples["turn"],))
         self._session.tests += 1
         self._session.finals.extend(c.final for c in calls)
         by_keys: dict[_Keys, list[Call]] = {}
@@ -443,7 +453,9 @@ class ResultBuilder:
                 )
                 for key, group in sorted(self._groups.items())
             },
-            "session": _rollup_dict(self._session, self._parts.values(), "session", diagnosed),
+            "session": _rollup_dict(
+                self._session, self._parts.values(), "session", diagnosed, self._samples
+            ),
         }
         session = result["session"]
         session["budgets"] = [

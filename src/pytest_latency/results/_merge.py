@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_latency.catalogue import ATTEMPT_METRICS, POOLED_METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS
 from pytest_latency.results._blocks import (
     HdrPool,
     Tally,
@@ -175,7 +175,7 @@ def _merge_aggregates(
                 pools[metric].add(pool)
             else:
                 pools[metric] = pool
-    order: list[str] = [m for m in POOLED_METRICS if m in pools]
+    order: list[str] = [m for m in BLOCK_METRICS if m in pools]
     metrics = without_repeats({m: pools[m].block(m) for m in order})
     out = rollup_dict(fields, tally, errors, retried, flags, metrics)
     # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
