@@ -188,5 +188,5 @@ SAMPLE_TIME_METRICS = tuple(
 # the entry's `calls_per_sample` instead.
 BLOCK_METRICS = POOLED_METRICS + SAMPLE_TIME_METRICS
 # The timing metrics `compare` and the baseline gate hold two runs to.
-COMPARED_METRICS = ("ttft", "tpot", "itl", "e2e")
+COMPARED_METRICS = ("ttft", "tpot", "itl", "e2e", "turn")
 OTEL = {s.name: s.otel for s in _SPECS if s.otel is not None}

@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two runs; exit 1 on a significant regression",
         description=(
-            "Compare HEAD against BASE per test and metric (ttft, tpot, itl, e2e). A regression "
+            "Compare HEAD against BASE per test and metric (ttft, tpot, itl, e2e, turn). A regression "
             "is a p50 or p95 slower by more than the tolerance and significant by a one-sided "
             "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input "
             "or an output that could not be written."

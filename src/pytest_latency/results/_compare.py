@@ -185,7 +185,7 @@ def compare_results(
     base: Mapping[str, Any], head: Mapping[str, Any], *, tolerance: float = 0.10
 ) -> Comparison:
     """Compare every test present in both runs (with or without budgets), metric by metric
-    (ttft, tpot, itl, e2e), and, when both runs hold the same tests, every group (`model=…`,
+    (ttft, tpot, itl, e2e, turn), and, when both runs hold the same tests, every group (`model=…`,
     `endpoint=…`) and the session. A test id repeated within a file (merged shards) is
     compared by its first copy."""
     base_tests, head_tests = _first_by_id(base["tests"]), _first_by_id(head["tests"])
