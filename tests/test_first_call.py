@@ -1,20 +1,25 @@
-"""The first call of a fresh process through each SDK path measures what the server did (issue
-#14, item 2). The SDKs build their pydantic models and import their stream helpers lazily, on
-the first event of the first stream: ~400 ms for openai's Responses events, ~60 ms for
-anthropic's, all of it between two reads whose events had already arrived, so that call's ttft
-was the SDK's pace (416 ms against 16 ms). The fixtures and the sampler warm the SDKs first;
-here a new pytest process makes each path's first call and compares it with the same path's
-later calls, which pay no first-use cost, against the simulator's jitter-free schedule."""
+"""The first call of a fresh process through each SDK path, sync and async, measures what the
+server did (issue #14, item 2). The SDKs build their pydantic models and import their stream
+helpers lazily, on the first event of the first stream: ~400 ms for openai's Responses events,
+~60 ms for anthropic's, all of it between two reads whose events had already arrived, so that
+call's ttft was the SDK's pace (416 ms against 16 ms). The first async call of a process also
+imports the async half of the HTTP stack (httpcore2's anyio backend: 90-180 ms of ttfb once the
+sync paths were warm, where anyio's own pytest plugin had not loaded it), and a test that asked
+for no `latency` imported the recording inside its first call (17 ms). The fixtures warm all of
+it first; here new pytest processes make each path's first call and compare its error against
+the simulator's logged truth with the error of the same path's later calls, which pay no
+first-use cost."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 INNER = """
-import json, pytest
+import json, time, pytest
 
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 
@@ -46,37 +51,124 @@ def messages_stream(c):
             pass
 
 
-PATHS = {"chat": chat, "responses.create": responses_create,
-         "responses.stream": responses_stream, "messages.create": messages_create,
-         "messages.stream": messages_stream}
+async def async_chat(c):
+    async for _ in await c.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+        pass
 
 
-@pytest.mark.parametrize("path", list(PATHS))
-def test_first(path, openai_client, anthropic_client, latency):
-    client = anthropic_client if path.startswith("messages") else openai_client
-    for _ in range(4):
-        PATHS[path](client)
-    calls = [c.final for c in latency.calls]
-    out = {"ttft": [c.ttft for c in calls], "flagged": [c.consumer_bound for c in calls]}
-    with open(f"first-{path}.json", "w") as f:
+async def async_responses_create(c):
+    async for _ in await c.responses.create(model="m", input="Tell me a story.", stream=True):
+        pass
+
+
+async def async_responses_stream(c):
+    async with c.responses.stream(model="m", input="Tell me a story.") as s:
+        async for _ in s:
+            pass
+
+
+async def async_messages_create(c):
+    stream = await c.messages.create(model="m", max_tokens=16, messages=MESSAGES, stream=True)
+    async for _ in stream:
+        pass
+
+
+async def async_messages_stream(c):
+    async with c.messages.stream(model="m", max_tokens=16, messages=MESSAGES) as s:
+        async for _ in s:
+            pass
+
+
+SYNC = {"chat": chat, "responses.create": responses_create,
+        "responses.stream": responses_stream, "messages.create": messages_create,
+        "messages.stream": messages_stream}
+ASYNC = {"chat": async_chat, "responses.create": async_responses_create,
+         "responses.stream": async_responses_stream, "messages.create": async_messages_create,
+         "messages.stream": async_messages_stream}
+
+
+def dump(kind, path, request, llm_sim, cpu):
+    # `latency` only now: asked for before the calls, it would import what a test without it
+    # imports inside its first call.
+    calls = [c.final for c in request.getfixturevalue("latency").calls]
+    truth = llm_sim.truth()
+    assert len(calls) == len(truth) == 4
+    out = {
+        "error_ms": [(c.ttft - t.ttft_ns / 1000) / 1000 for c, t in zip(calls, truth)],
+        "flagged": [c.flagged for c in calls],
+        "cpu_ms": cpu,
+    }
+    with open(f"first-{kind}-{path}.json", "w") as f:
         json.dump(out, f)
+
+
+# Async first: the first async call of the process is what pays for the async HTTP stack.
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", list(ASYNC))
+async def test_async(path, async_openai_client, async_anthropic_client, llm_sim, request):
+    client = async_anthropic_client if path.startswith("messages") else async_openai_client
+    cpu = []
+    for _ in range(4):
+        started = time.thread_time()
+        await ASYNC[path](client)
+        cpu.append((time.thread_time() - started) * 1000)
+    dump("async", path, request, llm_sim, cpu)
+
+
+@pytest.mark.parametrize("path", list(SYNC))
+def test_sync(path, openai_client, anthropic_client, llm_sim, request):
+    client = anthropic_client if path.startswith("messages") else openai_client
+    cpu = []
+    for _ in range(4):
+        started = time.thread_time()
+        SYNC[path](client)
+        cpu.append((time.thread_time() - started) * 1000)
+    dump("sync", path, request, llm_sim, cpu)
 """
 
-
-def test_the_first_call_of_a_process_is_as_fast_as_the_next(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_inner=INNER)
-    # A fresh interpreter: nothing this suite's process imported or built is warm there. Each
-    # path's first call is the first of its own models (chat's warm no Responses events).
-    result = pytester.runpytest_subprocess("--latency-sim=instant", "-p", "no:randomly")
-    result.assert_outcomes(passed=5)
-    for path in PATHS:
-        data = json.loads(Path(pytester.path, f"first-{path}.json").read_text())
-        first, *rest = data["ttft"]
-        later = sorted(rest)[len(rest) // 2]
-        assert len(rest) == 3 and later > 0
-        # Within the bounds the suite's accuracy test holds on a busy machine (p99 20 ms);
-        # unwarmed, the first call was 40-400 ms late.
-        assert abs(first - later) <= 20_000, (path, data)
-
-
 PATHS = ("chat", "responses.create", "responses.stream", "messages.create", "messages.stream")
+RUNS = 2
+# How much more a first call may cost than its path's later calls, in the better of RUNS fresh
+# processes: its error against the simulator's truth, and the CPU time of the thread making it.
+# The accuracy target (p99 5 ms) is a quiet machine's; on a busy one any single call's error is
+# a few scheduler slices (at load 5-14 on 2 cores, warm: up to 13 ms in the better run). CPU
+# time, which a wait for a CPU does not inflate, resolves smaller first-use work: warm, up to
+# 4 ms (a new connection's setup, in every test's first call). Unwarmed async HTTP stack: error
+# +270-280 ms, CPU +105-115 ms; the recording imported in the first call: +42 ms, CPU +15-17 ms.
+FIRST_CALL_ERROR_MS = 25.0
+FIRST_CALL_CPU_MS = 8.0
+
+
+def _excess(values: list[float]) -> float:
+    first, *rest = values
+    return first - statistics.median(rest)
+
+
+def test_the_first_call_of_a_process_is_as_accurate_as_the_next(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_inner=INNER)
+    error: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    for _ in range(RUNS):
+        # A fresh interpreter each time: nothing this suite's process imported or built is warm
+        # there. Without anyio's pytest plugin, which would import its asyncio backend at start.
+        result = pytester.runpytest_subprocess(
+            "--latency-sim=instant",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:anyio",
+            "-p",
+            "asyncio",
+            "--asyncio-mode=strict",
+        )
+        result.assert_outcomes(passed=10)
+        for kind in ("async", "sync"):
+            for path in PATHS:
+                data = json.loads(Path(pytester.path, f"first-{kind}-{path}.json").read_text())
+                error.setdefault(f"{kind} {path}", []).append(_excess(data["error_ms"]))
+                cpu.setdefault(f"{kind} {path}", []).append(_excess(data["cpu_ms"]))
+    # A first-use cost shows in every run; a call held back by a busy machine, rarely twice.
+    late = [path for path, runs in error.items() if min(runs) > FIRST_CALL_ERROR_MS]
+    costly = [path for path, runs in cpu.items() if min(runs) > FIRST_CALL_CPU_MS]
+    assert not late and not costly, (late, costly, error, cpu)

@@ -52,7 +52,10 @@ def sim_server(config: pytest.Config) -> SimServer:
 
 
 def _instrument(client: Any, *, read_ahead: bool) -> Any:
-    # capture (and through it asyncio) loads when a client is first requested, not with the plugin.
+    # capture (and through it asyncio) loads when a client is first requested, not with the
+    # plugin; so does the recording the router makes on a test's first call: imported there, it
+    # was 17 ms inside the first measured call of a process whose test asked for no `latency`.
+    import pytest_latency.recording  # noqa: F401
     from pytest_latency.capture import instrument
 
     return instrument(client, read_ahead=read_ahead)

@@ -1,21 +1,30 @@
 """The SDKs' first-use work, done before the first measured call of a process.
 
 Owns `warm(provider)`: once per process and SDK, every streaming path the fixtures hand out is
-run once against a private simulator, unmeasured. The first call of a process through an SDK
-builds its pydantic models lazily (openai's Responses event union: ~400 ms after
-`response.created`; anthropic's stream events: ~60 ms) and imports its stream helpers, all
-between two reads of a body whose next events have already arrived, so the measured ttft of that
-call was the SDK's pace (issue #14, item 2: 416 ms against 16 ms). Warming moves that work into
-fixture setup, where no test is measured; `metrics` still flags a first content event found
-buffered after a long absence, for clients nobody warmed.
+run once against a private simulator, unmeasured, through the SDK's sync client and then its
+async one. The first call of a process through an SDK builds its pydantic models lazily
+(openai's Responses event union: ~400 ms after `response.created`; anthropic's stream events:
+~60 ms) and imports its stream helpers, all between two reads of a body whose next events have
+already arrived, so the measured ttft of that call was the SDK's pace (issue #14, item 2: 416 ms
+against 16 ms). The first async call pays besides for the HTTP stack's async half: httpcore2's
+anyio backend and the loop's resolver thread pool are imported on the first async connection,
+before the request is sent (ttfb +100 ms against the simulator's truth in a pytest run without
+anyio's pytest plugin, which imports the backend at start; +14 ms in a script). Warming moves
+that work into fixture setup, where no test is measured; `metrics` still flags a first content
+event found buffered after a long absence, for clients nobody warmed.
+
+The warm-up clients get the SDK's own default HTTP client with `verify=False`: loading the CA
+bundle is 25 ms a client, a call never repeats it, and the simulator speaks plain HTTP.
 
 May import the SDKs, `sim` and `attribution`; runs only from fixtures and `instrument` hooks.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 # Process state on purpose, like an import cache: what has been warmed stays warm for the
@@ -26,9 +35,15 @@ _LOCK = threading.Lock()
 _MESSAGES = [{"role": "user", "content": "warm up"}]
 
 
+def _client(sdk: Any, name: str, base_url: str, *, is_async: bool) -> Any:
+    """`sdk.<name>` on the SDK's own default HTTP client, without certificates (see above)."""
+    http = getattr(sdk, "DefaultAsyncHttpxClient" if is_async else "DefaultHttpxClient", None)
+    options: dict[str, Any] = {} if http is None else {"http_client": http(verify=False)}
+    return getattr(sdk, name)(base_url=base_url, api_key="warm-up", max_retries=0, **options)
+
+
 def _openai(base_url: str, sdk: Any) -> None:
-    client = sdk.OpenAI(base_url=f"{base_url}/v1", api_key="warm-up", max_retries=0)
-    with client:
+    with _client(sdk, "OpenAI", f"{base_url}/v1", is_async=False) as client:
         for _ in client.chat.completions.create(model="warm", messages=_MESSAGES, stream=True):
             pass
         client.chat.completions.create(model="warm", messages=_MESSAGES)
@@ -40,9 +55,22 @@ def _openai(base_url: str, sdk: Any) -> None:
         client.responses.create(model="warm", input="warm up")
 
 
+async def _openai_async(base_url: str, sdk: Any) -> None:
+    # The models are built by now (the sync paths ran first): what is left is the async stream
+    # classes and the async HTTP stack, one call per streaming path.
+    async with _client(sdk, "AsyncOpenAI", f"{base_url}/v1", is_async=True) as client:
+        chat = await client.chat.completions.create(model="warm", messages=_MESSAGES, stream=True)
+        async for _ in chat:
+            pass
+        async for _ in await client.responses.create(model="warm", input="warm up", stream=True):
+            pass
+        async with client.responses.stream(model="warm", input="warm up") as stream:
+            async for _ in stream:
+                pass
+
+
 def _anthropic(base_url: str, sdk: Any) -> None:
-    client = sdk.Anthropic(base_url=base_url, api_key="warm-up", max_retries=0)
-    with client:
+    with _client(sdk, "Anthropic", base_url, is_async=False) as client:
         for _ in client.messages.create(
             model="warm", max_tokens=8, messages=_MESSAGES, stream=True
         ):
@@ -53,12 +81,44 @@ def _anthropic(base_url: str, sdk: Any) -> None:
         client.messages.create(model="warm", max_tokens=8, messages=_MESSAGES)
 
 
-_PATHS: dict[str, Callable[[str, Any], None]] = {"openai": _openai, "anthropic": _anthropic}
+async def _anthropic_async(base_url: str, sdk: Any) -> None:
+    async with _client(sdk, "AsyncAnthropic", base_url, is_async=True) as client:
+        messages = await client.messages.create(
+            model="warm", max_tokens=8, messages=_MESSAGES, stream=True
+        )
+        async for _ in messages:
+            pass
+        async with client.messages.stream(model="warm", max_tokens=8, messages=_MESSAGES) as stream:
+            async for _ in stream:
+                pass
+
+
+_SyncPaths = Callable[[str, Any], None]
+_AsyncPaths = Callable[[str, Any], Coroutine[Any, Any, None]]
+_PATHS: dict[str, tuple[_SyncPaths, _AsyncPaths]] = {
+    "openai": (_openai, _openai_async),
+    "anthropic": (_anthropic, _anthropic_async),
+}
+
+
+def _on_own_loop(paths: _AsyncPaths, base_url: str, sdk: Any) -> None:
+    """Run the async paths on a loop and thread of their own: warming is asked for from inside
+    a running loop too (an async fixture's setup), where asyncio.run refuses to nest."""
+
+    def run() -> None:
+        # An SDK version without one of these paths: warm what ran.
+        with contextlib.suppress(Exception):
+            asyncio.run(paths(base_url, sdk))
+
+    thread = threading.Thread(target=run, name="pytest-latency-warm-up", daemon=True)
+    thread.start()
+    thread.join()
 
 
 def warm(provider: str) -> None:
-    """Run `provider`'s SDK paths once in this process (no-op after the first time, and for an
-    SDK that is not installed). Best effort: a path an SDK version lacks is skipped."""
+    """Run `provider`'s SDK paths once in this process, sync and async (no-op after the first
+    time, and for an SDK that is not installed). Best effort: a path an SDK version lacks is
+    skipped."""
     if provider in _WARMED or provider not in _PATHS:
         return
     with _LOCK:
@@ -72,14 +132,15 @@ def warm(provider: str) -> None:
         from pytest_latency.attribution import set_sink
         from pytest_latency.sim import LatencyModel, SimServer
 
+        sync_paths, async_paths = _PATHS[provider]
         # No sink while warming: under --latency-capture=auto these calls would otherwise be
         # recorded as the current test's setup calls.
         previous = set_sink(None)
         try:
             with SimServer(LatencyModel.preset("instant").replace(output_tokens=4), port=0) as sim:
-                _PATHS[provider](sim.base_url, sdk)
-        except Exception:  # an SDK version without one of these paths: warm what ran
-            pass
+                with contextlib.suppress(Exception):  # as in _on_own_loop
+                    sync_paths(sim.base_url, sdk)
+                _on_own_loop(async_paths, sim.base_url, sdk)
         finally:
             set_sink(previous)
 
