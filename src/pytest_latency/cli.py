@@ -5,20 +5,24 @@ LLM endpoint), `report` (HTML and Markdown from a result file), `merge` (CI shar
 result file) and `compare` (a Markdown diff of two runs that fails on a significant
 regression). Each subcommand is a thin layer over a library module; heavy modules are imported
 by the command that needs them. A bad input file is one line on stderr and exit status 2, never
-a traceback. May import `sim`, `results` and `report`; never pytest, never `plugin`.
+a traceback. Every output asked for is attempted, each on its own; each that could not be
+written is one line naming its path, and a command that would have exited 0 exits 3, as the
+plugin does (a comparison that found a regression keeps its 1). May import `sim`, `results` and
+`report`; never pytest, never `plugin`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_latency import __version__
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2  # also: an output that could not be written
+EXIT_BAD_INPUT = 2  # and usage errors (argparse's own status)
+EXIT_WRITE_FAILED = 3  # an output that could not be written: the plugin's status for it too
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Compare HEAD against BASE per test and metric (ttft, tpot, itl, e2e). A regression "
             "is a p50 or p95 slower by more than the tolerance and significant by a one-sided "
-            "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input "
-            "or an output that could not be written."
+            "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input, "
+            "3 the output could not be written."
         ),
     )
     compare.add_argument("base", metavar="BASE.json")
@@ -89,10 +93,19 @@ def _fail(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _write(path: str, text: str) -> None:
-    from pytest_latency.results import write_atomic
+def _write_all(outputs: Sequence[tuple[str, Callable[[], str]]], status: int = EXIT_OK) -> int:
+    """Render and write each output on its own, one that cannot be written costing no other;
+    `status`, or EXIT_WRITE_FAILED if it was OK and a write failed (each failure one line)."""
+    from pytest_latency.results import WriteError, write_atomic
 
-    write_atomic(path, text)
+    failed = False
+    for path, render in outputs:
+        try:
+            write_atomic(path, render())
+        except WriteError as exc:
+            print(f"pytest-latency: error: {exc}", file=sys.stderr)
+            failed = True
+    return EXIT_WRITE_FAILED if failed and status == EXIT_OK else status
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -102,19 +115,19 @@ def _report(args: argparse.Namespace) -> int:
     result = load_result(args.result)
     if not args.output and not args.markdown:
         return _fail("report: give -o REPORT.html and/or --markdown OUT.md")
+    outputs: list[tuple[str, Callable[[], str]]] = []
     if args.output:
-        _write(args.output, render_html(result))
+        outputs.append((args.output, lambda: render_html(result)))
     if args.markdown:
-        _write(args.markdown, render_markdown(result))
-    return EXIT_OK
+        outputs.append((args.markdown, lambda: render_markdown(result)))
+    return _write_all(outputs)
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from pytest_latency.results import load_result, merge_results, write_result
+    from pytest_latency.results import dumps, load_result, merge_results
 
     merged = merge_results([load_result(p) for p in args.results])
-    write_result(args.output, merged)
-    return EXIT_OK
+    return _write_all([(args.output, lambda: dumps(merged))])
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -124,11 +137,11 @@ def _compare(args: argparse.Namespace) -> int:
     base, head = load_result(args.base), load_result(args.head)
     comparison = compare_results(base, head, tolerance=args.tolerance)
     text = render_comparison(comparison, base=args.base, head=args.head)
-    if args.output:
-        _write(args.output, text)
-    else:
+    status = EXIT_REGRESSION if comparison.regressions else EXIT_OK
+    if not args.output:
         sys.stdout.write(text)
-    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+        return status
+    return _write_all([(args.output, lambda: text)], status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,12 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
         serve(model, args.host, args.port)
         return EXIT_OK
-    from pytest_latency.results import ResultError, WriteError
+    from pytest_latency.results import ResultError
 
     handlers = {"report": _report, "merge": _merge, "compare": _compare}
     try:
         return handlers[args.command](args)
-    except (ResultError, WriteError) as exc:  # each names its file
+    except ResultError as exc:  # names its file
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))

@@ -40,6 +40,8 @@ class Handoff:
 COLLECTOR_NAME = "latency-collector"
 TRACKER_NAME = "latency-tracker"
 SAMPLER_NAME = "latency-sampler"
+WORKER_NAME = "latency-worker"
+HELD_NAME = "latency-held-reports"
 
 
 # NamedTuples and plain classes, not dataclasses: pytest imports this module in every session of
@@ -94,7 +96,7 @@ class RunState:
         "handoff",
         "outer_sink",
         "regressions",
-        "restore_sigterm",
+        "restore_signals",
         "router",
         "session_judgements",
         "sim",
@@ -116,8 +118,8 @@ class RunState:
         self.session_judgements: list[Judgement] = []
         self.written: list[str] = []
         self.write_failures: list[str] = []  # an output not written: its option, path, reason
-        # Puts back the SIGTERM handler the controller replaced for the session (`_signals`).
-        self.restore_sigterm: Callable[[], None] | None = None
+        # Puts back the stop signals' handlers replaced for the session (`_signals`).
+        self.restore_signals: Callable[[], None] | None = None
         self.regressions: list[str] = []
 
 
