@@ -5,9 +5,10 @@ successful calls and the values recorded by hand, `itl` over every gap, `calls` 
 sample, the aggregates `cache_read_ratio`, `error_rate` and `retries` over calls, `good(...)` as
 the share of calls meeting every condition), the `Judgement` it returns (holding its parsed
 `Expectation`, so nothing downstream parses a budget string again), the inconclusive policy and
-the flagged-calls policy (keep, exclude or fail on calls whose timing the client distorted:
-consumer-bound or client-saturated), and the per-look confidence of sequential sampling. The
-values come from `pools.Pool`, built once per test. May import `budgets`, `stats`, `pools`,
+the flagged-calls policy (keep, exclude or fail on calls whose timings do not measure the
+server: `catalogue.DISTORTING_FLAGS`, consumer-bound, client-saturated or capped), and the
+per-look confidence of sequential sampling. The values come from `pools.Pool`, built once per
+test. May import `budgets`, `stats`, `pools`,
 `calls`, `metrics`, `catalogue`, `policies`; never pytest.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from pytest_latency import stats
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
-from pytest_latency.catalogue import METRICS, Scope
+from pytest_latency.catalogue import DISTORTING_FLAGS, FLAGS, METRICS, Scope
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
 from pytest_latency.policies import (
     DEFAULT_FLAGGED,
@@ -153,20 +154,18 @@ def flagged_failure(calls: Sequence[CallMetrics]) -> Judgement | None:
         return None
     counts = Counter(name for c in flagged for name in c.flagged)
     reasons = []
-    if counts["consumer_bound"]:
-        reasons.append(
-            f"{counts['consumer_bound']} consumer_bound (the test body read the stream slower "
-            "than it arrived)"
-        )
-    if counts["client_saturated"]:
-        worst = max(c.loop_lag_max_ms or 0.0 for c in flagged)
-        reasons.append(
-            f"{counts['client_saturated']} client_saturated (event-loop lag up to {worst:.0f} ms, "
-            f"over {SATURATED_LAG_MS:g} ms, while in flight)"
-        )
+    for name in DISTORTING_FLAGS:
+        if not counts[name]:
+            continue
+        why = FLAGS[name].why
+        if name == "client_saturated":  # with how bad it got
+            worst = max(c.loop_lag_max_ms or 0.0 for c in flagged)
+            why = f"event-loop lag up to {worst:.0f} ms, over {SATURATED_LAG_MS:g} ms, "
+            why += "while in flight"
+        reasons.append(f"{counts[name]} {name} ({why})")
     message = (
         f"{len(flagged)} of {len(calls)} calls flagged: {'; '.join(reasons)}; their timings "
-        "measure the client, not the server (--latency-flagged=fail)"
+        "do not measure the server's response (--latency-flagged=fail)"
     )
     return Judgement(FLAGGED_EXPR, "fail", False, None, None, len(calls), message)
 

@@ -59,7 +59,8 @@ class Settings(NamedTuple):
     read_ahead: bool = False
     # `--latency-sim=auto`: the simulator stands in only for providers nobody configured.
     sim_auto: bool = False
-    # `--latency-flagged`: keep, exclude or fail on consumer-bound / client-saturated calls.
+    # `--latency-flagged`: keep, exclude or fail on consumer-bound, client-saturated or capped
+    # calls.
     flagged: str = "keep"
     # `--latency-capture-text=N`: characters of prompt/output text kept per call; 0 keeps none.
     capture_text: int = 0
