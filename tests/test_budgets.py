@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_latency import units
 from pytest_latency.budgets import (
     GOOD,
     OPS,
     TIME_UNITS,
     BudgetError,
+    BudgetErrors,
     BudgetFile,
     Condition,
     Expectation,
@@ -161,11 +163,36 @@ def test_holds_respects_each_operator_at_the_boundary() -> None:
     assert parse("error_rate >= 1%").holds(0.01) and not parse("error_rate >= 1%").holds(0.0099)
 
 
+def test_a_ratio_never_rounds_onto_or_past_a_threshold() -> None:
+    assert units.ratio(0.456) == "46%" and units.ratio(1.0) == "100%" and units.ratio(0.0) == "0%"
+    # 0 % and 100 % are thresholds of every ratio; budgets add theirs, at their own precision.
+    assert units.ratio(0.9996) == "99.96%" and units.ratio(0.0004) == "0.04%"
+    assert units.ratio(0.9856, [0.995]) == "98.6%"  # as the budget's message says it
+    assert units.ratio(0.9896, [0.99]) == "98.96%"  # whole percents would read "99%": met
+    assert units.ratio(0.4237, [0.5]) == "42%"
+    assert units.decimals_apart(399.96, [400.0], 0) == 2
+    assert units.decimals_apart(400.0, [400.0], 0) == 0
+
+
 def test_describe_renders_in_the_written_unit() -> None:
     e = parse("ttft.p95 < 400ms")
     assert e.describe(612_000, n=20) == "ttft.p95 = 612 ms > 400 ms (n=20)"
     assert e.describe(312_400) == "ttft.p95 = 312 ms < 400 ms"
-    assert e.describe(400_000) == "ttft.p95 = 400 ms = 400 ms"
+    # At equality the relation shown is the one that holds and matters (issue #16: "calls.max
+    # = 3 = 3" read as nonsense): the budget's own operator when met, its negation when missed.
+    assert e.describe(400_000) == "ttft.p95 = 400 ms >= 400 ms"
+    assert parse("calls.max <= 3").describe(3.0, n=5) == "calls.max = 3 <= 3 (n=5)"
+    assert parse("calls.min >= 1").describe(1.0) == "calls.min = 1 >= 1"
+    assert parse("calls.min > 1").describe(1.0) == "calls.min = 1 <= 1"
+    # No rounding crosses the threshold: a value just under it is shown with the digits that say
+    # so, and the threshold in full.
+    assert e.describe(399_700) == "ttft.p95 = 399.7 ms < 400 ms"
+    assert e.describe(400_040) == "ttft.p95 = 400.04 ms > 400 ms"
+    assert parse("cache_read_ratio > 99.5%").describe(0.99499) == (
+        "cache_read_ratio = 99.499% < 99.5%"
+    )
+    assert parse("cache_read_ratio >= 99%").describe(0.9896) == "cache_read_ratio = 98.96% < 99%"
+    assert parse("ttft.p95 < 1234.5ms").describe(1_234_200) == "ttft.p95 = 1234.2 ms < 1234.5 ms"
     assert (
         e.describe(500_000, n=20, interval=(450_000, math.inf))
         == "ttft.p95 = 500 ms > 400 ms (n=20, interval 450 ms .. ∞)"
@@ -704,6 +731,62 @@ def test_the_same_budget_in_two_rules_is_fine() -> None:
 def test_a_file_without_session_has_no_session_budgets() -> None:
     loaded = parse_budget_file("[[budget]]\nselect = 'a'\nexpect = ['ttft.p95 < 1s']\n", path="b")
     assert loaded.session == ()
+
+
+# Issue #16: an unknown table on line 6 was the only error reported, though a typo on line 2
+# came first; every mistake of the file is reported, in file order, each with its own line.
+_MANY_ERRORS = """\
+[defaults]
+sampels = 20
+
+[[budget]]
+select = "tests/*"
+expect = ["ttft.p95 < 400ms", "tft.p50 < 1s", "e2e.p95 < 2"]
+[budgets]
+x = 1
+
+[session]
+expect = ["error_rate < 1%", "error_rate<1%"]
+selec = 3
+"""
+
+
+def test_every_error_of_a_budget_file_is_reported_in_file_order() -> None:
+    with pytest.raises(BudgetErrors) as info:
+        parse_budget_file(_MANY_ERRORS, path="budgets.toml")
+    errors = info.value.errors
+    assert [e.source for e in errors] == [
+        "budgets.toml:2",
+        "budgets.toml:6",
+        "budgets.toml:6",
+        "budgets.toml:7",
+        "budgets.toml:11",
+        "budgets.toml:12",
+    ]
+    assert [e.reason.split(";")[0] for e in errors] == [
+        "unknown key in [defaults] 'sampels'",
+        "unknown metric 'tft'",
+        "e2e is a time",
+        "unknown top-level table 'budgets'",
+        "'expect' of this [session] gives the same budget twice: 'error_rate < 1%' (line 11) "
+        "and 'error_rate<1%' (line 11)",
+        "unknown key in [session] 'selec'",
+    ]
+    message = str(info.value)
+    # Each error's message, one after another, each starting with its file:line.
+    assert message == "\n".join(str(e) for e in errors)
+    assert message.startswith("budgets.toml:2: unknown key in [defaults] 'sampels'")
+    back = pickle.loads(pickle.dumps(info.value))
+    assert type(back) is BudgetErrors and str(back) == message
+
+
+def test_a_misspelled_key_is_one_error_not_also_the_missing_one() -> None:
+    # `markers` for `marker`, `expects` for `expect`: the missing key is that same mistake.
+    with pytest.raises(BudgetError) as info:
+        parse_budget_file("[[budget]]\nmarkers = 'a'\nexpects = ['ttft.p95 < 1s']\n", path="b")
+    assert type(info.value) is BudgetErrors
+    assert [e.source for e in info.value.errors] == ["b:2", "b:3"]
+    assert "needs" not in str(info.value)
 
 
 # ---- lines: every rule and expression names the line it is written on ---------------------------

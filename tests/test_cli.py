@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +34,18 @@ def test_report_writes_html_and_markdown(shards: tuple[Path, Path], tmp_path: Pa
     assert "latency budgets failed" in md.read_text()
 
 
-def test_merge_combines_shards(shards: tuple[Path, Path], tmp_path: Path) -> None:
+def test_merge_combines_shards(
+    shards: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "all.json"
-    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(out)]) == 0
+    # sample_tests has a failing TTFT budget: the merged run failed, and merge says so.
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(out)]) == 1
+    assert "1 latency budget(s) failed in the merged run" in capsys.readouterr().err
     merged = load_result(out)
     assert len(merged["tests"]) == 5 and merged["run"]["shards"] == 2
+    passing = tmp_path / "passing.json"
+    write_result(passing, build([make_test("t.py::ok", seed=1)]))
+    assert main(["merge", str(passing), str(passing), "-o", str(out)]) == 0
 
 
 def test_compare_exit_status_follows_regressions(
@@ -102,6 +114,27 @@ def test_sim_is_still_there(capsys: pytest.CaptureFixture[str]) -> None:
         main(["sim", "--help"])
     assert info.value.code == 0
     assert "--preset" in capsys.readouterr().out
+
+
+def test_sim_on_a_port_in_use_is_one_line_and_a_failure() -> None:
+    # Issue #16: a 24-line traceback. A subprocess: `sim` tunes the garbage collector for a
+    # server process, which this one is not.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_latency.cli", "sim", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done
+    assert done.stderr == (
+        f"pytest-latency: error: sim: cannot listen on 127.0.0.1:{port}: "
+        f"{os.strerror(errno.EADDRINUSE)}\n"
+    )
+    assert done.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -295,9 +328,16 @@ def test_a_full_disk_is_one_line_naming_the_output(
 ) -> None:
     full = tmp_path / "all.json"
     full.symlink_to("/dev/full")  # every write: ENOSPC
-    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(full)]) == 3
+    passing = tmp_path / "passing.json"
+    write_result(passing, build([make_test("t.py::t", seed=1)]))
+    assert main(["merge", str(passing), "-o", str(full)]) == 3
     assert capsys.readouterr().err == (
         f"pytest-latency: error: {full}: cannot write: No space left on device\n"
+    )
+    # A merged run whose budgets failed keeps its own status, and still says why it has no file.
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(full)]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"pytest-latency: error: {full}: cannot write: No space left on device"
     )
     diff = tmp_path / "diff.md"
     diff.symlink_to("/dev/full")

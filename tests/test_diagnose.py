@@ -270,15 +270,24 @@ def test_consumer_bound_and_summary_lines() -> None:
 
 
 def test_too_few_samples_for_a_percentile_budget() -> None:
+    # Twenty values cannot bound a p99 from above: the verdict stayed inconclusive.
     budgets = [
-        Judgement.from_dict({"expr": expr, "n": 20, "verdict": "pass", "message": ""})
+        Judgement.from_dict(
+            {"expr": expr, "n": 20, "verdict": "inconclusive", "passed": True, "message": ""}
+        )
         for expr in ("ttft.p99 < 2s", "ttft.p50 < 2s")
     ]
-    found = diagnose.diagnose_test(data_of([make_call() for _ in range(5)]), judgements=budgets)
+    pool = data_of([make_call() for _ in range(5)])
+    found = diagnose.diagnose_test(pool, judgements=budgets, policy="pass")
     assert [(f.kind, f.evidence.get("expr")) for f in found] == [
         ("too_few_samples", "ttft.p99 < 2s")
     ]
     assert found[0].evidence["needed"] == 299
+    assert "so it stayed inconclusive and policy 'pass' passed it" in found[0].message
+    # At the confidence the test was judged at (sequential sampling's per-look one), it needs
+    # more: the number is the verdict's (`verdicts.values_needed`), not a fixed 95%.
+    (strict,) = diagnose.diagnose_test(pool, judgements=budgets, confidence=0.99)
+    assert strict.evidence["needed"] == 459 and "(99%)" in strict.message
 
 
 def test_serial_pairs_and_the_saving() -> None:

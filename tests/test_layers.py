@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("testdata",),
     ("diagnose",),
     ("verdicts",),
+    ("evidence",),
     ("pools", "recording", "capture"),
     ("calls", "budgets", "policies"),
     ("metrics", "attribution"),

@@ -116,6 +116,27 @@ def test_a_bad_budgets_file_is_a_usage_error_before_any_test_runs(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
+def test_every_error_of_the_budgets_file_is_reported_in_file_order(
+    tester: pytest.Pytester,
+) -> None:
+    # Issue #16: only the unknown table on line 6 was reported, not the typo on line 2.
+    (tester.path / "budgets.toml").write_text(
+        "[defaults]\nsampels = 20\n\n[[budget]]\nselect = '*'\n"
+        "[budgetz]\nexpect = ['ttft.p95 < 1s']\n"
+    )
+    result = tester.runpytest("--latency-budget=budgets.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*pytest-latency: budgets.toml:2: unknown key in [[]defaults] 'sampels'*",
+            "budgets.toml:4: a [[][[]budget]] needs 'expect*",
+            "budgets.toml:6: unknown top-level table 'budgetz'*",
+        ],
+        consecutive=True,
+    )
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
 def test_a_missing_budgets_file_is_a_usage_error(tester: pytest.Pytester) -> None:
     result = tester.runpytest("--latency-budget=nope.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -196,12 +217,121 @@ def test_the_policy_decides_what_stays_inconclusive(
             record(latency, "sequential")
         """
     )
+    # max_samples=6 cannot bound a p95 (the collection warning says so): the point here.
     result = tester.runpytest(
-        "test_inner_policy.py", f"--latency-inconclusive={policy}", "-p", "no:randomly"
+        "test_inner_policy.py",
+        f"--latency-inconclusive={policy}",
+        "-p",
+        "no:randomly",
+        "-W",
+        "ignore::pytest.PytestWarning",
     )
     result.assert_outcomes(**outcomes)
     if policy == "fail":
         result.stdout.fnmatch_lines(["*inconclusive; policy 'fail': fail*"])
+
+
+def test_a_budget_max_samples_cannot_pass_is_a_warning_at_collection(
+    tester: pytest.Pytester,
+) -> None:
+    # Issue #16: a p99 budget sampled up to 80 spent every sample and could never pass.
+    tester.makepyfile(
+        test_inner_unreachable="""
+        import pytest
+
+        @pytest.mark.latency("e2e.p99 < 10s", "e2e.p50 < 10s", samples=10, max_samples=80)
+        def test_p99(latency):
+            latency.record("e2e", 0.01)
+
+        @pytest.mark.latency("e2e.p99 < 10s", samples=10, max_samples=500)
+        def test_enough(latency):
+            latency.record("e2e", 0.01)
+
+        @pytest.mark.latency("e2e.p99 < 10s", samples=20)
+        def test_fixed(latency):  # a fixed sample size: the too_few_samples finding's business
+            latency.record("e2e", 0.01)
+        """
+    )
+    # This suite makes warnings errors; the inner run shows them, as a default setup does.
+    result = tester.runpytest(
+        "test_inner_unreachable.py", "--co", "-q", "-W", "default::pytest.PytestWarning"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*SamplingPlanWarning: pytest-latency: test_inner_unreachable.py::test_p99: "
+            "'e2e.p99 < 10s' cannot pass with confidence at max_samples=80: it needs 492 values "
+            "(at one call per sample, sampled 10 → 492); raise max_samples to 492 or budget a "
+            "lower percentile",
+        ]
+    )
+    assert result.stdout.str().count("SamplingPlanWarning") == 1
+    # The number is the one the verdict needs: at max_samples=492 the p99 can pass.
+    from pytest_latency.budgets import parse_expectation
+    from pytest_latency.verdicts import confidence_for_looks, looks_for, samples_needed
+    from pytest_latency.verdicts import values_needed as needed
+
+    p99 = parse_expectation("e2e.p99 < 10s", source="t")
+    assert needed(p99, confidence_for_looks(looks_for(10, 492))) == 492
+    assert samples_needed(p99, 10, 492) is None and samples_needed(p99, 10, 491) == 492
+    # Under `filterwarnings = error` it is a collection error naming the test, not a crash.
+    tester.makeini(INI + "filterwarnings = error\n")
+    result = tester.runpytest("test_inner_unreachable.py", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*SamplingPlanWarning (an error under filterwarnings): pytest-latency: *::test_p99: *"]
+    )
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
+@pytest.mark.parametrize(
+    ("policy", "what"),
+    [
+        ("pass", "it stayed inconclusive and policy 'pass' passed it"),
+        ("fail", "it stayed inconclusive and policy 'fail' failed it"),
+        ("estimate", "it stayed inconclusive and was passed on the point estimate"),
+    ],
+)
+def test_too_few_samples_says_what_the_policy_did(
+    tester: pytest.Pytester, policy: str, what: str
+) -> None:
+    # Issue #16: it said the verdict "rests on the point estimate alone" under policy 'pass'.
+    # The diagnosis reads calls: the simulator's, each a few milliseconds.
+    tester.makepyfile(
+        test_inner_few="""
+        import pytest
+
+        def ask(client):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+
+        @pytest.mark.latency("e2e.p99 < 10s", samples=20)
+        def test_few(openai_client):
+            ask(openai_client)
+
+        @pytest.mark.latency("e2e.p99 < 1us", samples=20)
+        def test_few_and_over(openai_client):
+            ask(openai_client)
+        """
+    )
+    result = tester.runpytest(
+        "test_inner_few.py",
+        "--latency-sim=instant",
+        f"--latency-inconclusive={policy}",
+        "-p",
+        "no:randomly",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "test_inner_few.py::test_few",
+            "  too_few_samples: e2e.p99 < 10s was judged on 20 values; its upper confidence "
+            f"bound needs at least 299 (95%) to pass with confidence, so {what}*",
+        ]
+    )
+    # Twenty calls all slower than 1 µs: a confident failure, whatever the policy.
+    result.stdout.fnmatch_lines(
+        ["*e2e.p99 < 1us was judged on 20 values*so it could only fail, and failed with*"]
+    )
+    assert "rests on the point estimate" not in result.stdout.str()
 
 
 def test_an_unknown_policy_in_the_ini_file_is_a_usage_error(tester: pytest.Pytester) -> None:

@@ -3,6 +3,10 @@ malformed markers (fuzzed) that must always be collection errors naming the test
 
 from __future__ import annotations
 
+import json
+import re
+import xml.etree.ElementTree as ET
+
 import anthropic  # noqa: F401  (kept loaded across pytester's in-process runs: see test_plugin_sim)
 import openai  # noqa: F401
 import pytest
@@ -14,7 +18,7 @@ from pytest_latency.budgets import BudgetError, parse_expectation
 
 pytest_plugins = ["pytester"]
 
-SUITE = """
+PACED = """
 import os
 import pytest
 
@@ -24,13 +28,18 @@ def paced(llm_sim):
     llm_sim.set_model(llm_sim.model.replace(
         ttfb_ms=1.0, decode_ms_per_token=decode, output_tokens=6, jitter=0.05, seed=3))
     return llm_sim
+"""
 
+SUITE = (
+    PACED
+    + """
 @pytest.mark.latency("e2e.max < 10s", samples=30)
 def test_answer(openai_client, paced):
     for _ in openai_client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "q"}], stream=True):
         pass
 """
+)
 
 
 @pytest.fixture
@@ -69,9 +78,136 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
     slower.stdout.fnmatch_lines(
         [
             "*latency regressions against the baseline*",
-            "*test_inner_suite.py::test_answer: e2e slower than the baseline by +*%*",
+            "*test_inner_suite.py::test_answer: e2e slower by +*% (p50 * → *, p95 * → *; "
+            "n 30 → 30; p = *, Holm-adjusted *)",
         ]
     )
+
+
+UNBUDGETED = (
+    PACED
+    + """
+@pytest.mark.latency(samples=20)
+def test_plain(openai_client, paced):
+    for _ in openai_client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "q"}], stream=True):
+        pass
+
+def test_no_marker(openai_client, paced):
+    for _ in range(12):
+        for _ in openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}], stream=True):
+            pass
+"""
+)
+
+
+def test_a_regression_in_a_test_without_budgets_fails_the_gate_everywhere(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue #16, item 1: tests with data but no budget, their groups and the session are all
+    # compared; every output says so. Decode 4 → 12 ms a token: far beyond the 30 % tolerance
+    # whatever a busy machine adds to both runs.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_inner_suite=UNBUDGETED)
+    monkeypatch.setenv("DECODE_MS", "4")
+    pytester.runpytest("--latency-sim=instant", "--latency-save=base.json").assert_outcomes(
+        passed=2
+    )
+    monkeypatch.setenv("DECODE_MS", "12")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    run = pytester.runpytest(
+        "--latency-sim=instant",
+        "--latency-baseline=base.json",
+        "--latency-tolerance=30%",
+        "--latency-json=head.json",
+        "--latency-markdown=head.md",
+        "--junitxml=junit.xml",
+    )
+    run.assert_outcomes(passed=2)
+    assert run.ret == pytest.ExitCode.TESTS_FAILED
+    out = run.stdout.str()
+    for test in ("test_plain", "test_no_marker"):
+        # The row, the regression line, and an annotation on the test's own line.
+        assert re.search(rf"test_inner_suite.py::{test} .* regressed$", out, re.M), out
+        assert re.search(rf"^test_inner_suite.py::{test}: itl slower by \+\d+% ", out, re.M)
+        assert re.search(
+            rf"^::error file=test_inner_suite.py,line=\d+,title=latency regression::"
+            rf"test_inner_suite.py::{test}: itl slower",
+            out,
+            re.M,
+        ), out
+    assert re.search(r"^\(session\): slower .*itl \+\d+%", out, re.M), out
+    assert re.search(r"^::error title=latency regression::\(session\): slower .*itl", out, re.M)
+    assert "regression(s) against the baseline base.json" in out
+
+    result = json.loads((pytester.path / "head.json").read_text())
+    block = result["baseline"]
+    assert block["path"] == "base.json" and block["correction"] == "holm"
+    regressed = {(r["scope"], r["nodeid"], r["metric"]) for r in block["regressions"]}
+    assert ("test", "test_inner_suite.py::test_plain", "itl") in regressed
+    assert ("test", "test_inner_suite.py::test_no_marker", "itl") in regressed
+    assert ("session", "(session)", "itl") in regressed
+    for entry in block["regressions"]:
+        assert entry["change_p50"] > 0.3 and entry["p_adjusted"] < 0.05
+        assert entry["p_adjusted"] >= entry["p_value"]
+    tests = {t["nodeid"]: t for t in result["tests"]}
+    assert "itl" in tests["test_inner_suite.py::test_plain"]["regressions"]
+
+    markdown = (pytester.path / "head.md").read_text()
+    assert markdown.startswith("❌ **pytest-latency: ")
+    assert "### Regressions against the baseline" in markdown
+    assert re.search(r"^\| test\\_inner\\_suite\.py::test\\_plain \| itl \|", markdown, re.M)
+    assert re.search(
+        r"^\| test\\_inner\\_suite\.py::test\\_plain \|.*\| regressed \|$", markdown, re.M
+    )
+
+    junit = ET.parse(pytester.path / "junit.xml").getroot()
+    cases = {c.get("name"): c for c in junit.iter("testcase")}
+    case = cases["test_plain (latency regression)"]
+    failure = case.find("failure")
+    assert failure is not None and "itl slower by" in (failure.get("message") or "")
+    suite = next(junit.iter("testsuite"))
+    assert int(suite.get("failures") or 0) >= 3  # two tests and the session's rollups
+
+
+SESSION_BUDGETS = """
+[session]
+expect = [
+    "e2e.max < 3600s",
+    "ttft.p50 < 1us",
+]
+"""
+
+
+def test_a_missed_session_budget_is_annotated_on_its_line_and_is_a_junit_failure(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue #16, item 2.
+    monkeypatch.setenv("DECODE_MS", "0")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    tester.makefile(".toml", budgets=SESSION_BUDGETS)
+    run = tester.runpytest(
+        "--latency-sim=instant", "--latency-budget=budgets.toml", "--junitxml=junit.xml"
+    )
+    assert run.ret == pytest.ExitCode.TESTS_FAILED
+    run.stdout.fnmatch_lines(
+        [
+            "::error file=budgets.toml,line=4,title=latency session budget::"
+            "ttft.p50 = * > 1 us (n=30, *)"
+        ]
+    )
+    run.stdout.no_fnmatch_line("*line=3,title=latency session budget*")
+    junit = ET.parse(tester.path / "junit.xml").getroot()
+    cases = {c.get("name"): c for c in junit.iter("testcase")}
+    missed = cases["session: ttft.p50 < 1us"]
+    assert missed.get("classname") == "pytest-latency"
+    failure = missed.find("failure")
+    assert failure is not None and "ttft.p50" in (failure.get("message") or "")
+    met = cases["session: e2e.max < 3600s"]
+    assert met.find("failure") is None
+    suite = next(junit.iter("testsuite"))
+    assert suite.get("failures") == "1" and suite.get("tests") == "3"
 
 
 def test_the_markdown_summary_is_appended_to_the_github_step_summary(

@@ -9,7 +9,7 @@ import anthropic  # noqa: F401
 import openai  # noqa: F401
 import pytest
 
-import pytest_latency.sim  # noqa: F401
+import pytest_latency.sim
 
 pytest_plugins = ["pytester"]
 
@@ -346,6 +346,79 @@ def test_a_slow_consumer_is_flagged_and_read_ahead_restores_the_servers_timing(
     )
     tester.runpytest("--latency-sim=instant").assert_outcomes(passed=2)
     tester.runpytest("--latency-sim=instant", "--latency-read-ahead").assert_outcomes(passed=2)
+
+
+_CREDENTIALS = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+)
+
+
+@pytest.mark.parametrize("configured_by", ["options", "environment"])
+def test_a_self_hosted_server_needs_no_api_key(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, configured_by: str
+) -> None:
+    # Issue #16: with a base URL and no key, openai failed at setup ("Missing credentials") and
+    # anthropic at its first call. The fixtures send a placeholder key to a configured server.
+    for name in _CREDENTIALS:
+        monkeypatch.delenv(name, raising=False)
+    tester.makepyfile(
+        test_inner_keyless="""
+        from pytest_latency.plugin._fixtures import PLACEHOLDER_API_KEY
+
+        def test_both(anthropic_client, openai_client, latency):
+            assert anthropic_client.api_key == openai_client.api_key == PLACEHOLDER_API_KEY
+            anthropic_client.messages.create(
+                model="m", max_tokens=4, messages=[{"role": "user", "content": "q"}])
+            openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "q"}])
+            assert [c.final.error for c in latency.calls] == [None, None]
+        """
+    )
+    with pytest_latency.sim.SimServer(pytest_latency.sim.LatencyModel.preset("instant")) as sim:
+        args: list[str] = []
+        if configured_by == "options":
+            args = [
+                f"--latency-anthropic-base-url={sim.anthropic_base_url}",
+                f"--latency-openai-base-url={sim.openai_base_url}",
+            ]
+        else:
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", sim.anthropic_base_url)
+            monkeypatch.setenv("OPENAI_BASE_URL", sim.openai_base_url)
+        tester.runpytest(*args).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("base_url", [None, "https://api.openai.com/v1"])
+def test_the_real_api_without_a_key_is_one_clear_error_at_setup(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, base_url: str | None
+) -> None:
+    for name in _CREDENTIALS:
+        monkeypatch.delenv(name, raising=False)
+    if base_url is not None:  # the provider's own API named explicitly: no placeholder either
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+    tester.makepyfile(
+        test_inner_nokey="""
+        def test_anthropic(anthropic_client):
+            raise AssertionError("ran")
+
+        def test_openai(async_openai_client):
+            raise AssertionError("ran")
+        """
+    )
+    result = tester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*anthropic_client: no API key: set ANTHROPIC_API_KEY for the anthropic API, or "
+            "point the fixture at a server with --latency-anthropic-base-url or "
+            "ANTHROPIC_BASE_URL*",
+            "*async_openai_client: no API key: set OPENAI_API_KEY*",
+        ]
+    )
+    assert "ran" not in result.stdout.str() and "Traceback" not in result.stdout.str()
 
 
 def test_auto_sim_stands_in_only_for_providers_nobody_configured(

@@ -4,6 +4,7 @@ writing, and the comparison of two runs."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -12,22 +13,30 @@ from typing import Any
 
 import pytest
 from latency_data import (
+    MODEL,
+    RUN,
     build,
     call_dict,
     call_metrics,
     diagnosis_tests,
     make_test,
     pool_of,
+    records,
     sample_tests,
 )
 
 from pytest_latency import stats
 from pytest_latency.catalogue import OTEL
 from pytest_latency.histogram import LatencyHistogram
+from pytest_latency.metrics import CallMetrics
 from pytest_latency.results import (
     SCHEMA,
+    ResultBuilder,
     ResultError,
+    baseline_block,
     budget_status,
+    build_result,
+    changes_of,
     compare_results,
     dumps,
     load_result,
@@ -35,6 +44,7 @@ from pytest_latency.results import (
     verdict_counts,
     write_result,
 )
+from pytest_latency.results import test_status as row_status
 
 
 def _strict_loads(text: str) -> Any:
@@ -144,6 +154,63 @@ def test_retried_attempts_count_as_one_call() -> None:
     assert entry["retried_errors"] == {"http_429": 1}
     [row] = entry["timeline"]["samples"][0]["calls"]
     assert row[0] == 0 and row[1] == 700_000 and row[2] == 1_400_000  # from the first attempt
+    # The call's times are what the application waited, the attempt's own apart.
+    metrics = entry["metrics"]
+    assert metrics["ttft"]["max"] == 700_000 and metrics["attempt_ttft"]["max"] == 200_000
+    assert metrics["e2e"]["max"] == 1_400_000 and metrics["attempt_e2e"]["max"] == 900_000
+
+
+def _retry_first_call(data: dict[str, Any], back_off_ms: float = 300.0) -> dict[str, Any]:
+    """`data` with its first call answered by an SDK retry: a 429 handed off `back_off_ms`
+    before the attempt that answered."""
+    answered = CallMetrics.from_dict(data["calls"][0]["attempts"][0])
+    refused = call_metrics(
+        t_start_ms=answered.t_start_ns / 1e6 - back_off_ms,
+        ttft_ms=None,
+        e2e_ms=2,
+        model=answered.model,
+        error="http_429",
+    )
+    data["calls"][0] = call_dict(0, refused, dataclasses.replace(answered, attempt=1))
+    return data
+
+
+def _attempt_blocks(metrics: dict[str, Any]) -> set[str]:
+    return {m for m in metrics if m.startswith("attempt_")}
+
+
+def test_attempt_blocks_are_written_only_where_a_call_was_retried() -> None:
+    plain = make_test("t.py::test_plain", samples=4)
+    retried = _retry_first_call(make_test("t.py::test_retried", seed=1, samples=4, model="m2"))
+    result = build([plain, retried])
+    assert result["metrics_info"]["attempt_ttft"] == {"unit": "us", "otel": None}
+    entry_plain, entry_retried = result["tests"]
+    assert not _attempt_blocks(entry_plain["metrics"])  # absent: the same as ttft, ...
+    assert not _attempt_blocks(result["groups"][f"model={MODEL}"]["metrics"])
+    for scope in (entry_retried, result["groups"]["model=m2"], result["session"]):
+        metrics = scope["metrics"]
+        assert _attempt_blocks(metrics) == {f"attempt_{m}" for m in ("ttfb", "ttft", "ttfo", "e2e")}
+        for name in ("ttfb", "ttft", "ttfo", "e2e"):
+            call, attempt = metrics[name], metrics[f"attempt_{name}"]
+            assert call["count"] == attempt["count"] == (8 if scope is result["session"] else 4)
+            # One call of them waited 300 ms more than its own attempt took.
+            gap = (call["mean"] - attempt["mean"]) * call["count"]
+            assert gap == pytest.approx(300_000, abs=call["count"])  # rollups' integer sums
+            assert attempt["otel"] is None
+    assert "attempt_ttft" not in OTEL
+
+
+def test_merging_a_shard_without_retries_equals_the_unsharded_run() -> None:
+    # The same model in both: a rollup's attempt blocks add up the plain shard's call blocks.
+    plain = make_test("t.py::test_plain", samples=4)
+    retried = _retry_first_call(make_test("t.py::test_retried", seed=1, samples=4))
+    whole = build([plain, retried])
+    assert _attempt_blocks(whole["session"]["metrics"])
+    merged = merge_results([build([plain]), build([retried])])
+    assert dumps(_without_volatile(merged)) == dumps(_without_volatile(whole))
+    # Shards without a retry leave the attempt blocks out, merged too.
+    alone = merge_results([build([plain]), build([make_test("t.py::test_b", seed=2)])])
+    assert not _attempt_blocks(alone["session"]["metrics"])
 
 
 def test_timeline_tells_fan_out_from_a_serial_chain(result: dict[str, Any]) -> None:
@@ -513,3 +580,138 @@ def test_the_builder_fed_test_by_test_writes_the_file_build_result_writes() -> N
     assert again["session"] == first["session"] and again["groups"] == first["groups"]
     with pytest.raises(ValueError, match="must keep its pool"):
         builder.replace(0, tests[1])
+
+
+def test_compare_covers_groups_and_the_session_and_adjusts_for_many_comparisons() -> None:
+    base = build([make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)])
+    slower = build([make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)])
+    scopes = {(c.scope, c.nodeid) for c in compare_results(base, slower).regressions}
+    assert ("test", "t.py::test_a") in scopes and ("session", "(session)") in scopes
+    assert any(scope == "group" for scope, _ in scopes)
+    for change in compare_results(base, slower).changes:
+        if change.p_value is not None:
+            assert change.p_adjusted is not None and change.p_adjusted >= change.p_value
+
+
+def test_a_marginal_difference_among_many_tests_is_not_a_regression() -> None:
+    # One test 20 % slower at p ≈ 0.01 on its own, among 30 unchanged tests: 120 comparisons,
+    # so Holm asks p < 0.05 / 120 of the smallest and the marginal one does not pass.
+    rng_tests = [make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=300) for i in range(30)]
+    base = build([*rng_tests, make_test("t.py::test_x", seed=100, samples=12, ttft_ms=300)])
+    head_tests = [make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=300) for i in range(30)]
+    head = build([*head_tests, make_test("t.py::test_x", seed=101, samples=12, ttft_ms=340)])
+    comparison = compare_results(base, head)
+    x = next(c for c in comparison.changes if c.nodeid == "t.py::test_x" and c.metric == "ttft")
+    assert x.p_value is not None and x.p_adjusted is not None
+    assert x.p_adjusted > x.p_value
+    if x.p_value < 0.05:  # the raw test would have called it; the adjusted one must not
+        assert not x.regression
+
+
+def test_too_few_values_get_no_p_value_and_no_verdict() -> None:
+    base = build([make_test("t.py::test_a", seed=1, samples=3, ttft_ms=300)])
+    slower = build([make_test("t.py::test_a", seed=2, samples=3, ttft_ms=900)])
+    ttft = next(
+        c for c in compare_results(base, slower).changes if c.scope == "test" and c.metric == "ttft"
+    )
+    assert ttft.n_base == ttft.n_head == 3
+    assert ttft.p_value is None and not ttft.regression
+
+
+def test_the_baseline_block_round_trips_through_the_file(tmp_path: Path) -> None:
+    base = build([make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)])
+    tests = [make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)]
+    head = build(tests)
+    comparison = compare_results(base, head)
+    block = baseline_block(comparison, "base.json")
+    builder = ResultBuilder()
+    for test in records(tests):
+        builder.add(test)
+    result = builder.result(run=RUN, baseline=block)
+    path = tmp_path / "r.json"
+    write_result(path, result)
+    loaded = load_result(path)
+    assert changes_of(loaded["baseline"]["regressions"]) == comparison.regressions
+    assert loaded["tests"][0]["regressions"] == [
+        c.metric for c in comparison.regressions if c.scope == "test"
+    ]
+    assert row_status(loaded["tests"][0]) == "regressed"
+    merged = merge_results([loaded, loaded])
+    assert [e["shard"] for e in merged["baseline"]["regressions"]] == [0] * len(
+        comparison.regressions
+    ) + [1] * len(comparison.regressions)
+
+
+SESSION_EXPECT = (
+    "ttft.p95 < 600ms",
+    "ttft.p50 < 150ms",
+    "e2e.mean < 2s",
+    "e2e.max < 30s",
+    "ttft.min > 1ms",
+    "error_rate < 10%",
+    "good(ttft < 400ms) >= 50%",
+    "cache_read_ratio > 10%",
+    "retries <= 5",
+    "calls.max <= 3",
+    "ttft{model=claude-sonnet-4-5}.p90 < 1s",
+)
+
+
+def _judged_build(tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result file with the session budgets judged over these tests' calls."""
+    from pytest_latency.budgets import parse_expectation
+    from pytest_latency.pools import Pool
+    from pytest_latency.verdicts import judge
+
+    recs = records(tests)
+    expectations = [parse_expectation(e, source="t") for e in SESSION_EXPECT]
+    judged = judge(expectations, Pool.merged(t.pool for t in recs), policy="estimate")
+    return build_result(recs, run=RUN, session_budgets=judged, session_policy="estimate")
+
+
+def test_merge_judges_the_session_budgets_again_over_every_shard() -> None:
+    # Issue #16, item 3: each shard's entries carry their evidence; the merge adds it up and
+    # judges as one run over all the calls would have, not once per shard.
+    tests = [
+        make_test(f"t.py::test_{i}", seed=i, samples=12, ttft_ms=200 + 40 * i, calls_per_sample=2)
+        for i in range(6)
+    ]
+    whole = _judged_build(tests)
+    merged = merge_results(
+        [load_back(_judged_build(tests[:2])), load_back(_judged_build(tests[2:]))]
+    )
+    expected = {b["expr"]: b for b in whole["session"]["budgets"]}
+    got = {b["expr"]: b for b in merged["session"]["budgets"]}
+    assert list(got) == list(SESSION_EXPECT)  # one row per budget, none per shard
+    for expr, want in expected.items():
+        have = got[expr]
+        assert have["shards"] == 2 and "shard" not in have
+        assert have["n"] == want["n"], expr
+        assert have["status"] == want["status"], (expr, have["message"], want["message"])
+        if "p" in str(want.get("stat")) or want.get("stat") is None:
+            # Percentiles come back from HDR buckets (3 significant digits); the rest exactly.
+            assert have["estimate"] == pytest.approx(want["estimate"], rel=2e-3), expr
+        else:
+            assert have["estimate"] == pytest.approx(want["estimate"], rel=1e-9), expr
+    # A missed session budget fails the merged run.
+    assert got["ttft.p50 < 150ms"]["status"] == "fail"
+    assert merged["summary"]["fail"] >= 1
+
+
+def load_back(result: dict[str, Any]) -> dict[str, Any]:
+    """A result as a shard's file is read back (through JSON and the validator)."""
+    from pytest_latency.results._validate import validate
+
+    return validate(json.loads(dumps(result)), "shard")  # type: ignore[return-value]
+
+
+def test_budgets_a_shard_lacks_are_kept_per_shard_and_labelled() -> None:
+    a = _judged_build([make_test("t.py::a", seed=1, samples=10)])
+    b = build([make_test("t.py::b", seed=2, samples=10)])  # no session budgets
+    merged = merge_results([a, b])
+    shards = {e.get("shard") for e in merged["session"]["budgets"]}
+    assert shards == {0}
+    from pytest_latency.report import render_markdown
+
+    if any(budget_status(e) == "fail" for e in merged["session"]["budgets"]):
+        assert "\\(session, shard 1\\)" in render_markdown(merged)

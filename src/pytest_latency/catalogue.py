@@ -82,6 +82,26 @@ def _tokens(kind: str) -> OtelMapping:
     return OtelMapping(_TOKEN_USAGE, "{token}", 1.0, attributes=(("gen_ai.token.type", kind),))
 
 
+# The per-call times measured from a hand-off to the transport. The public names are the call as
+# the application saw it: from its first attempt's hand-off, so an SDK's back-off and the attempts
+# it retried count (docs/metrics.md, "Retries"). `attempt_<name>` is the final attempt's own
+# figure, from that attempt's hand-off: what the server did on the attempt that answered.
+HANDOFF_TIMES = ("ttfb", "ttft", "ttfo", "e2e")
+# attempt_ttft → ttft, ...: each attempt metric and the call metric it is the final attempt's
+# own figure of (a result file leaves out an attempt block that repeats its call metric's).
+ATTEMPT_METRICS = {f"attempt_{name}": name for name in HANDOFF_TIMES}
+
+
+def _attempt(name: str) -> MetricSpec:
+    # No OTel counterpart: gen_ai.client.operation.* time the operation (the call), not one try.
+    return MetricSpec(
+        f"attempt_{name}",
+        Scope.CALL,
+        Dimension.TIME,
+        f"{name} of the final attempt, from its own hand-off",
+    )
+
+
 _SPECS = (
     MetricSpec("ttfb", Scope.CALL, Dimension.TIME, "request sent → response headers"),
     MetricSpec(
@@ -113,6 +133,7 @@ _SPECS = (
         "gap between successive content events",
         _seconds("gen_ai.client.operation.time_per_output_chunk"),
     ),
+    *(_attempt(name) for name in HANDOFF_TIMES),
     MetricSpec(
         "input_tokens",
         Scope.CALL,

@@ -7,13 +7,14 @@ regression). Each subcommand is a thin layer over a library module; heavy module
 by the command that needs them. A bad input file is one line on stderr and exit status 2, never
 a traceback. Every output asked for is attempted, each on its own; each that could not be
 written is one line naming its path, and a command that would have exited 0 exits 3, as the
-plugin does (a comparison that found a regression keeps its 1). May import `sim`, `results` and
-`report`; never pytest, never `plugin`.
+plugin does (a comparison that found a regression, or a merge whose budgets failed, keeps its
+1). May import `sim`, `results` and `report`; never pytest, never `plugin`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -21,6 +22,7 @@ from pytest_latency import __version__
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
+EXIT_BUDGET_FAILED = 1  # merge: a budget of the merged run failed, as pytest exits 1
 EXIT_BAD_INPUT = 2  # and usage errors (argparse's own status)
 EXIT_WRITE_FAILED = 3  # an output that could not be written: the plugin's status for it too
 
@@ -52,7 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     merge = commands.add_parser(
         "merge",
         help="merge the result files of CI shards into one",
-        description="Merge result files (exact histogram merge); tests are concatenated.",
+        description=(
+            "Merge result files (exact histogram merge); tests are concatenated and the "
+            "[session] budgets judged again over every shard. Exits 1 when a budget of the "
+            "merged run failed, 2 on bad input, 3 when the output could not be written."
+        ),
     )
     merge.add_argument("results", metavar="RESULT.json", nargs="+")
     merge.add_argument("-o", "--output", metavar="ALL.json", required=True)
@@ -124,10 +130,21 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from pytest_latency.results import dumps, load_result, merge_results
+    from pytest_latency.results import dumps, load_result, merge_results, verdict_counts
 
     merged = merge_results([load_result(p) for p in args.results])
-    return _write_all([(args.output, lambda: dumps(merged))])
+    missed = verdict_counts(merged)["fail"]
+    status = _write_all(
+        [(args.output, lambda: dumps(merged))], EXIT_BUDGET_FAILED if missed else EXIT_OK
+    )
+    if missed:
+        # The merged file is the run's verdict: a budget missed in a shard, or a [session]
+        # budget missed over all of them once judged again, fails it as pytest would have.
+        print(
+            f"pytest-latency: {missed} latency budget(s) failed in the merged run ({args.output})",
+            file=sys.stderr,
+        )
+    return status
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -154,7 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = model_from_args(args)
         except SimSettingsError as exc:
             parser.error(str(exc))
-        serve(model, args.host, args.port)
+        try:
+            serve(model, args.host, args.port)
+        except OSError as exc:  # the port taken, the host not ours: one line, not a traceback
+            # aiohttp's text repeats the address; the errno's own words do not.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            return _fail(f"sim: cannot listen on {args.host}:{args.port}: {reason}")
         return EXIT_OK
     from pytest_latency.results import ResultError
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
-from pytest_latency.calls import Call, ManualValue
+from pytest_latency.calls import Call, ManualValue, reading
 from pytest_latency.catalogue import POOLED_METRICS
 from pytest_latency.stats import SortedValues
 
@@ -58,18 +58,20 @@ def _matches(call: CallMetrics, filters: Filters) -> bool:
     return True
 
 
-def call_values(calls: Iterable[CallMetrics], metric: str) -> list[float]:
-    """What `calls` contribute to a per-call or per-chunk metric: each call's value where it
-    has one (absent stays absent), every gap for `itl`."""
+def call_values(finals: Iterable[CallMetrics], metric: str) -> list[float]:
+    """What the calls whose final attempts are `finals` contribute to a per-call or per-chunk
+    metric: each call's value where it has one (absent stays absent; read as `metric_value`
+    reads it), every gap of the final attempt for `itl`."""
     raw: list[float] = []
     if metric == "itl":
-        for call in calls:
-            raw.extend(call.itl)
-    else:
-        for call in calls:
-            value = getattr(call, metric)
-            if value is not None:
-                raw.append(float(value))
+        for final in finals:
+            raw.extend(final.itl)
+        return raw
+    name, waits = reading(metric)  # once, not per call: pools read thousands of calls
+    for final in finals:
+        value = getattr(final, name)
+        if value is not None:
+            raw.append(value + final.waited_us if waits else float(value))
     return raw
 
 
@@ -181,6 +183,10 @@ class Pool:
     def error_counts(self) -> Counter[str]:
         """What went wrong, by error kind: each call counted once, by its final attempt."""
         return Counter(f.error for f in self.finals if f.error is not None)
+
+    def manual_counts(self) -> Counter[str]:
+        """How many values the tests recorded by hand (kept ones), by metric."""
+        return Counter(m.metric for m in self.manual)
 
     def cache_ratio(self) -> CacheRatio | None:
         """Σ cache reads / Σ input over the successful calls that reported cache fields."""

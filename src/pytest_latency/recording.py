@@ -117,14 +117,27 @@ def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
             metrics, kept = entry.call_metrics()
             attempts.append(metrics)
             final = final and kept
-        calls.append(Call(sample=group[0].sample, warmup=group[0].warmup, attempts=tuple(attempts)))
+        calls.append(Call.of(group[0].sample, group[0].warmup, attempts))
     return tuple(calls), final
+
+
+# `Recording.sample` while the plugin's run of the body is open and has no number yet: the run
+# becomes a sample when it first gets a call or a value of its own, or when it ends without the
+# body having marked samples itself (an empty run still counts as one sample of 0 calls).
+_UNNUMBERED = -1000
 
 
 @dataclass(slots=True)
 class Recording:
     """The live log of one test. `sink` is called from any thread or task; list appends are
-    atomic under the GIL, and the sample counters change only between samples."""
+    atomic under the GIL, and the sample counters change only between samples (or under the
+    lock, when a run of the body is numbered by its first call).
+
+    Two things open a sample: the plugin running the test body (`begin_run`, each run of a
+    budgeted test's loop, or an unplanned test's one run) and the body itself marking one
+    (`begin_sample`, `latency.sample()`). A body that marks its own samples makes the run
+    around them no sample of its own unless something lands in it outside them: ten
+    `latency.sample()` blocks are ten samples, not eleven with an empty first one."""
 
     nodeid: str
     entries: list[_Entry] = field(default_factory=list)
@@ -140,25 +153,60 @@ class Recording:
     # The grouped calls of the first `_grouped_upto` entries, while all of them had finished.
     _grouped: tuple[Call, ...] = ()
     _grouped_upto: int = -1
+    # A run of the body is open (and whether it is a warmup run), and the body marked samples
+    # of its own inside it.
+    _run_open: bool = False
+    _run_warmup: bool = False
+    _marked_in_run: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sink(self, record: WireRecord) -> None:
         record.owner = self.nodeid
-        self.entries.append(_Entry(self.sample, self.warmup, record))
+        sample = self.sample
+        if sample == _UNNUMBERED:
+            sample = self._number_run()
+        self.entries.append(_Entry(sample, self.warmup, record))
+
+    def _next_index(self, *, warmup: bool) -> int:
+        if warmup:
+            self.warmups_run += 1
+            return -1 - self.warmups_run  # warmup samples: -2, -3, ...
+        self.samples_run += 1
+        return self.samples_run - 1
+
+    def _number_run(self) -> int:
+        """The open run's sample index, given now (its first call or value)."""
+        with self._lock:
+            if self.sample == _UNNUMBERED:
+                self.sample = self._next_index(warmup=self._run_warmup)
+            return self.sample
+
+    def begin_run(self, *, warmup: bool) -> None:
+        """The plugin runs the test body once: a sample, numbered when it is first used."""
+        with self._lock:
+            self._run_open, self._run_warmup, self._marked_in_run = True, warmup, False
+            self.sample, self.warmup = _UNNUMBERED, warmup
+
+    def end_run(self) -> None:
+        with self._lock:
+            if self.sample == _UNNUMBERED and not self._marked_in_run:
+                self._next_index(warmup=self._run_warmup)  # nothing happened: still a sample
+            self._run_open = False
+            self.sample, self.warmup = OUTSIDE, False
 
     def begin_sample(self, *, warmup: bool) -> None:
+        """The body marks a sample of its own; inside a warmup run it is a warmup sample too."""
         with self._lock:
+            if self._run_open:
+                self._marked_in_run = True
+                warmup = warmup or self._run_warmup
             self.warmup = warmup
-            if warmup:
-                self.warmups_run += 1
-                self.sample = -1 - self.warmups_run  # warmup samples: -2, -3, ...
-            else:
-                self.sample = self.samples_run
-                self.samples_run += 1
+            self.sample = self._next_index(warmup=warmup)
 
     def end_sample(self) -> None:
+        # Between and after the body's own samples, its calls are outside any sample.
         self.sample = OUTSIDE
-        self.warmup = False
+        self.warmup = self._run_warmup if self._run_open else False
 
     def record_value(self, metric: str, value: float) -> None:
         spec = METRICS.get(metric)
@@ -167,7 +215,11 @@ class Recording:
         if spec.scope is Scope.AGGREGATE:
             raise ValueError(f"{metric!r} is computed over calls and cannot be recorded by hand")
         number = _finite(metric, value)
-        sample = self.sample if self.sample != OUTSIDE else max(self.samples_run - 1, 0)
+        sample = self.sample
+        if sample == _UNNUMBERED:
+            sample = self._number_run()
+        elif sample == OUTSIDE:
+            sample = max(self.samples_run - 1, 0)
         self.manual.append(ManualValue(sample, self.warmup, metric, number))
 
     def calls(self) -> tuple[Call, ...]:

@@ -2,9 +2,10 @@
 
 Owns the percentile estimator, the distribution-free bounds for a quantile, the bounds for a mean
 and for a proportion, the rule that turns a bound and a threshold into pass / fail /
-inconclusive, the minimum sample size a percentile budget needs, and the Mann-Whitney U test
-for baseline comparisons. Stdlib only (no numpy, no scipy); it must not import pytest, hdrh, or
-any other part of the package, so the numbers can be checked in isolation.
+inconclusive, the minimum sample size a percentile budget needs, the Mann-Whitney U test
+for baseline comparisons and the Holm adjustment that keeps a run of many comparisons sound.
+Stdlib only (no numpy, no scipy); it must not import pytest, hdrh, or any other part of the
+package, so the numbers can be checked in isolation.
 
 Decisions (also in docs/budgets.md):
 
@@ -21,10 +22,16 @@ Decisions (also in docs/budgets.md):
 * The mean uses Student's t on the sample standard deviation. Latencies are skewed, so for
   small n this is an approximation; prefer percentile budgets.
 * Proportions (error rate, goodput) use the Wilson score bound.
+* A baseline comparison tests every metric of every test, group and the session: hundreds of
+  tests at once, so p < 0.05 each would flag about one in twenty unchanged metrics. Holm's
+  step-down adjustment holds the chance of *any* false regression in the run at 0.05, under
+  any dependence between the tests (ttft and e2e of one test are correlated), and is never less
+  powerful than Bonferroni.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,14 +40,17 @@ from typing import Final, Literal
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
+    "CountedValues",
     "Estimate",
     "MannWhitney",
     "SortedValues",
     "Verdict",
     "estimate_stat",
+    "holm_adjusted",
     "mann_whitney_u",
     "mann_whitney_u_counts",
     "mean_estimate",
+    "mean_estimate_of",
     "min_samples_for",
     "percentile",
     "percentile_estimate",
@@ -101,7 +111,49 @@ class SortedValues(tuple[float, ...]):
         return cls(data)
 
 
+class CountedValues(Sequence[float]):
+    """Sorted values given as (value, count) pairs in ascending value order, e.g. a histogram's
+    buckets: a sequence of `len` = Σ counts whose i-th item is found by bisecting the running
+    counts, so an order statistic of 10⁹ values costs what one of 10 does and nothing is
+    expanded. The estimators take it as they take `SortedValues`."""
+
+    __slots__ = ("_ends", "_values")
+
+    def __init__(self, pairs: Iterable[tuple[float, int]]) -> None:
+        self._values: list[float] = []
+        self._ends: list[int] = []  # the 1-based rank of each value's last copy
+        total = 0
+        previous = -math.inf
+        for value, count in pairs:
+            if not math.isfinite(value) or value < previous or count < 0:
+                raise ValueError("counted values must be finite, ascending, with counts >= 0")
+            if count:
+                total += count
+                self._values.append(float(value))
+                self._ends.append(total)
+                previous = value
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, index: int) -> float:  # type: ignore[override]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("rank out of range")
+        return self._values[bisect.bisect_right(self._ends, index)]
+
+    def pairs(self) -> list[tuple[float, int]]:
+        starts = [0, *self._ends[:-1]]
+        return [(v, e - s) for v, e, s in zip(self._values, self._ends, starts, strict=True)]
+
+
 def _sorted_finite(values: Iterable[float]) -> Sequence[float]:
+    if type(values) is CountedValues:
+        if not values:
+            raise ValueError("no values: the metric is absent, not zero")
+        return values
     if type(values) is SortedValues:
         if not values:
             raise ValueError("no values: the metric is absent, not zero")
@@ -308,12 +360,24 @@ def mean_estimate(values: Iterable[float], confidence: float = DEFAULT_CONFIDENC
     interval (s = 0), which is the honest answer for a metric that never varies.
     """
     data = _sorted_finite(values)
-    _check_confidence(confidence)
     n = len(data)
-    mean = math.fsum(data) / n
+    total = math.fsum(data)
+    mean = total / n
+    return mean_estimate_of(n, total, math.fsum((x - mean) ** 2 for x in data), confidence)
+
+
+def mean_estimate_of(
+    n: int, total: float, squares: float, confidence: float = DEFAULT_CONFIDENCE
+) -> Estimate:
+    """`mean_estimate` from n, Σx and Σ(x − mean)² (what shards add up: `evidence`), the same
+    Student-t bounds."""
+    if n <= 0:
+        raise ValueError("no values: the metric is absent, not zero")
+    _check_confidence(confidence)
+    mean = total / n
     if n == 1:
         return Estimate(mean, -math.inf, math.inf, 1, confidence)
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in data) / (n - 1))
+    sd = math.sqrt(max(0.0, squares) / (n - 1))
     half = student_t_quantile(confidence, n - 1) * sd / math.sqrt(n)
     return Estimate(mean, mean - half, mean + half, n, confidence)
 
@@ -480,3 +544,19 @@ def mann_whitney_u_counts(
     else:
         raise ValueError(f"unknown alternative {alternative!r}")
     return MannWhitney(u_a, (u_a - mean) / sd, p_value, u_a / (n_a * n_b), n_a, n_b)
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input's order: the i-th smallest p of m is
+    multiplied by m − i + 1 (i from 1), made non-decreasing in that order, and capped at 1.
+    Rejecting where the adjusted p < alpha keeps the family-wise error rate at alpha (Holm 1979;
+    statsmodels' `multipletests(method="holm")` gives the same numbers)."""
+    m = len(p_values)
+    if any(math.isnan(p) or not 0.0 <= p <= 1.0 for p in p_values):
+        raise ValueError("p-values must lie in [0, 1]")
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

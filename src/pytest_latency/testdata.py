@@ -97,7 +97,7 @@ class TestData:
         from pytest_latency.diagnose import compares_prefix
 
         calls = tuple(
-            Call(
+            Call.of(
                 c.sample,
                 c.warmup,
                 tuple(a.without_fingerprints(prefix=compares_prefix(a)) for a in c.attempts),

@@ -2,13 +2,15 @@
 
 The one owner of how a value reads wherever it is shown (the terminal summary, finding messages,
 the HTML report, the Markdown summary), and of the rule that an absent value shows as an en dash,
-never as 0. Budget values are the exception: they render in the unit their author wrote
+never as 0, and the rule that no rounding moves a value across a threshold it is read against
+(`decimals_apart`). Budget values are the exception: they render in the unit their author wrote
 (`budgets.Expectation.format_value`). A leaf: stdlib only, imports nothing from the package.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 ABSENT = "–"
 
@@ -32,7 +34,7 @@ def tokens(value: float | None) -> str:
 
 
 def percent(share: float | None) -> str:
-    """A share as a whole percentage (`0.456` → `46%`); the same text as `ratio`."""
+    """A share as a percentage (`0.456` → `46%`); the same text as `ratio`."""
     return ratio(share)
 
 
@@ -41,10 +43,51 @@ def value(metric_unit: str, number: float | None) -> str:
     return tokens(number) if metric_unit == "tok" else duration(number)
 
 
-def ratio(value: float | None) -> str:
+def ratio(value: float | None, thresholds: Iterable[float] = ()) -> str:
+    """A share as a percentage, whole unless a boundary needs more: the digits `decimals_apart`
+    gives against 0 %, 100 % and `thresholds` (budgets the value is held to, as 0..1), so
+    0.989 against a 99 % budget reads `98.9%`, never `99%`, and 0.4 % of errors never `0%`."""
     if value is None or not math.isfinite(value):
         return ABSENT
-    return f"{value:.0%}"
+    pct = value * 100
+    limits = [t * 100 for t in thresholds if math.isfinite(t)]
+    # As precise as the budgets it is read against: 98.6% beside a 99.5% budget, as the
+    # budget's own message says it, not 99%.
+    decimals = max((exact_decimals(t, 0) for t in limits), default=0)
+    decimals = decimals_apart(pct, (0.0, 100.0, *limits), decimals)
+    return f"{pct:.{decimals}f}%"
+
+
+# How many digits past the usual a value may need to stand apart from a threshold; beyond this a
+# float's own precision is reached.
+_MAX_EXTRA_DECIMALS = 12
+
+
+def exact_decimals(x: float, decimals: int = 0) -> int:
+    """The fewest decimals, at least `decimals`, that show `x` exactly (to a float's noise: 99.5
+    stored as 0.995 × 100): how a threshold people wrote is shown."""
+    if not math.isfinite(x):
+        return decimals
+    for places in range(decimals, decimals + _MAX_EXTRA_DECIMALS):
+        if abs(round(x, places) - x) <= 1e-9 * max(1.0, abs(x)):
+            return places
+    return decimals + _MAX_EXTRA_DECIMALS
+
+
+def decimals_apart(value: float, thresholds: Iterable[float], decimals: int) -> int:
+    """The fewest decimals, at least `decimals`, at which `value` rounded stands on the same side
+    of every threshold as it truly does: a value below a threshold never reads as equal to or
+    above it (98.9 % is not "99%" next to a 99 % budget), and one equal to it reads equal. The
+    thresholds are compared as they are, so they must be shown exactly. The one owner of that
+    rule: ratios here and budget values (`budgets.Expectation.format_value`) both use it."""
+    limits = [t for t in thresholds if math.isfinite(t)]
+    if not math.isfinite(value):
+        return decimals
+    for places in range(decimals, decimals + _MAX_EXTRA_DECIMALS + 1):
+        shown = round(value, places)
+        if all((shown > t) - (shown < t) == (value > t) - (value < t) for t in limits):
+            return places
+    return decimals + _MAX_EXTRA_DECIMALS
 
 
 def change(fraction: float | None) -> str:

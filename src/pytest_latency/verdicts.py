@@ -1,28 +1,44 @@
 """Verdicts: a test's expectations held against its pool of values.
 
-Owns the DESIGN rules of what each kind of budget is judged on (per-call metrics over the kept
-successful calls and the values recorded by hand, `itl` over every gap, `calls` one value per
-sample, the aggregates `cache_read_ratio`, `error_rate` and `retries` over calls, `good(...)` as
-the share of calls meeting every condition), the `Judgement` it returns (holding its parsed
-`Expectation`, so nothing downstream parses a budget string again), the inconclusive policy and
-the flagged-calls policy (keep, exclude or fail on calls whose timings do not measure the
-server: `catalogue.DISTORTING_FLAGS`, consumer-bound, client-saturated or capped), and the
-per-look confidence of sequential sampling. The values come from `pools.Pool`, built once per
-test. May import `budgets`, `stats`, `pools`,
-`calls`, `metrics`, `catalogue`, `policies`; never pytest.
+Owns how each kind of budget is judged from what `evidence.gather` found in its scope (the DESIGN
+rules of scope live there: per-call metrics over the kept successful calls and the values
+recorded by hand, `itl` over every gap, `calls` one value per sample, the aggregates
+`cache_read_ratio`, `error_rate` and `retries` over calls, `good(...)` as the share of calls
+meeting every condition), `judge_evidence` (the same verdict from several shards' evidence
+added up), the `Judgement` it returns (holding its parsed `Expectation`, so nothing downstream
+parses a budget string again, and its evidence), the inconclusive policy and the flagged-calls
+policy (keep, exclude or fail on calls whose timings do not measure the server:
+`catalogue.DISTORTING_FLAGS`, consumer-bound, client-saturated or capped), the per-look
+confidence of sequential sampling, and how many values a percentile budget needs before it can
+pass with confidence (`values_needed`, `samples_needed`: read by the diagnosis and the plugin's
+collection warning). The values come from `pools.Pool`, built once per test. May import
+`evidence`, `budgets`, `stats`, `pools`, `calls`, `metrics`, `catalogue`, `policies`; never
+pytest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pytest_latency import stats
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
-from pytest_latency.catalogue import DISTORTING_FLAGS, FLAGS, METRICS, Scope
+from pytest_latency.catalogue import DISTORTING_FLAGS, FLAGS
+from pytest_latency.evidence import (
+    EXTREME,
+    MEAN,
+    NOTHING,
+    PROPORTION,
+    RATIO,
+    SUM,
+    Evidence,
+    gather,
+    merge_all,
+)
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
 from pytest_latency.policies import (
     DEFAULT_FLAGGED,
@@ -44,11 +60,59 @@ def confidence_for_looks(looks: int, confidence: float = CONFIDENCE) -> float:
     return 1 - (1 - confidence) / max(1, looks)
 
 
-def worst_status(statuses: Iterable[str]) -> str | None:
+def looks_for(samples: int, max_samples: int) -> int:
+    """How many times sequential sampling may judge a test: after `samples`, then after each
+    doubling up to `max_samples` (20 → 40 → 80 → 160 → 200 is five looks)."""
+    looks, n = 1, samples
+    while n < max_samples:
+        n = min(2 * n, max_samples)
+        looks += 1
+    return looks
+
+
+def values_needed(expectation: Expectation, confidence: float = CONFIDENCE) -> int | None:
+    """The fewest values on which a percentile budget can pass with `confidence`: below it the
+    bound it passes on (the upper one for `<`/`<=`, the lower one for `>`/`>=`) does not exist,
+    so whatever the data it can only fail or stay inconclusive. None for other budgets (a mean,
+    a min or max, an aggregate: any n can decide them)."""
+    p = expectation.percentile
+    if p is None or not 0 < p < 100:
+        return None
+    return stats.min_samples_for(p, confidence, bound=pass_bound(expectation))
+
+
+def pass_bound(expectation: Expectation) -> Literal["upper", "lower"]:
+    """The confidence bound a budget passes on: the upper one for `<`/`<=`, else the lower."""
+    return "upper" if expectation.op.startswith("<") else "lower"
+
+
+def samples_needed(expectation: Expectation, samples: int, max_samples: int) -> int | None:
+    """For a test sampled `samples` up to `max_samples` times, one value per sample: the
+    max_samples at which its last look could pass `expectation` with confidence, when the plan's
+    own cannot (None when it can, or when the budget is not a percentile). The per-look
+    confidence rises with the looks, so the answer is the fixed point, not `values_needed` at
+    one look's 95%: a p99 budget sampled 10 → 80 needs 299 values at 95%, 436 at the 98.75% of
+    its four looks, and 492 at the 99.3% of the seven looks that sampling 10 → 492 takes."""
+    need = values_needed(expectation, confidence_for_looks(looks_for(samples, max_samples)))
+    if need is None or need <= max_samples:
+        return None
+    while True:
+        more = values_needed(expectation, confidence_for_looks(looks_for(samples, need)))
+        assert more is not None
+        if more <= need:
+            return need
+        need = more
+
+
+def worst_status(statuses: Iterable[str], *, regressed: bool = False) -> str | None:
     """One word for a test from its budgets' statuses: "fail" if any failed the gate,
-    "inconclusive" if any passed without confidence, "pass", or None for no budget."""
+    "regressed" if none failed but the baseline comparison found it slower (`regressed`),
+    "inconclusive" if any passed without confidence, "pass", or None for no budget. Every
+    summary's test row reads it (terminal, result file readers, Markdown, HTML)."""
     seen = set(statuses)
-    return next((s for s in ("fail", "inconclusive", "pass") if s in seen), None)
+    if regressed:
+        seen.add("regressed")
+    return next((s for s in ("fail", "regressed", "inconclusive", "pass") if s in seen), None)
 
 
 # The expression of the judgement `fail` adds: not a budget expression, never parsed as one.
@@ -68,6 +132,8 @@ class Judgement:
     n: int
     message: str
     expectation: Expectation | None = None
+    # What it was judged on (`evidence.gather`); not compared, not sent between processes.
+    evidence: Evidence | None = field(default=None, compare=False, repr=False)
 
     @property
     def status(self) -> str:
@@ -170,36 +236,25 @@ def flagged_failure(calls: Sequence[CallMetrics]) -> Judgement | None:
     return Judgement(FLAGGED_EXPR, "fail", False, None, None, len(calls), message)
 
 
-def _good(call: CallMetrics, expectation: Expectation) -> bool:
-    if call.error is not None:
-        return False
-    values = {
-        name: float(value)
-        for name in METRICS
-        if METRICS[name].scope is Scope.CALL and (value := getattr(call, name, None)) is not None
-    }
-    return expectation.good_call(values)
-
-
 def _judge_one(
     expectation: Expectation, pool: Pool, confidence: float, *, exclude: bool = False
 ) -> Judgement:
-    in_scope = pool.subset(expectation.filters)
-    # The timing pools: without the flagged calls when the policy excludes them.
-    timed = pool.subset(expectation.filters, unflagged=exclude)
-    excluded = len(in_scope.finals) - len(timed.finals)
-    if expectation.is_goodput:  # good(...): the fraction of calls meeting every condition
-        good = sum(_good(c, expectation) for c in timed.finals)
-        if not timed.finals and excluded:
-            return _no_data(expectation, excluded)
-        return _judge_proportion(expectation, good, len(timed.finals), confidence)
-    if expectation.metric == "error_rate":
-        return _judge_proportion(expectation, in_scope.errors, len(in_scope.finals), confidence)
-    if expectation.metric == "retries":
-        return _judge_exact(expectation, float(in_scope.retries), len(in_scope.calls))
-    if expectation.metric == "cache_read_ratio":
-        ratio = in_scope.cache_ratio()
-        if ratio is None or ratio.value is None:
+    return judge_evidence(expectation, gather(expectation, pool, exclude=exclude), confidence)
+
+
+def judge_evidence(
+    expectation: Expectation, evidence: Evidence, confidence: float = CONFIDENCE
+) -> Judgement:
+    """The verdict on what `evidence.gather` found in scope (a test's pool, or several
+    shards' evidence added up by `pytest-latency merge`), before the inconclusive policy. The
+    judgement keeps its evidence, so a result file can carry it."""
+    judged = _judged_evidence(expectation, evidence, confidence)
+    return dataclasses.replace(judged, evidence=evidence)
+
+
+def _judged_evidence(expectation: Expectation, ev: Evidence, confidence: float) -> Judgement:
+    if ev.kind == NOTHING:
+        if expectation.metric == "cache_read_ratio":
             return _judgement(
                 expectation,
                 "fail",
@@ -210,17 +265,19 @@ def _judge_one(
                 "(self-hosted servers need e.g. vLLM --enable-prompt-tokens-details, "
                 "SGLang --enable-cache-report)",
             )
-        return _judge_exact(expectation, ratio.value, ratio.calls)
-    if METRICS[expectation.metric].scope is Scope.SAMPLE:
-        # Values recorded by hand join the pool, as they do for per-call metrics.
-        values: Sequence[float] = [float(c) for c in in_scope.calls_per_sample()] + [
-            m.value for m in in_scope.manual if m.metric == expectation.metric
-        ]
-    else:
-        values = timed.values(expectation.metric)
-    if not values and excluded:
-        return _no_data(expectation, excluded)
-    return _judge_distribution(expectation, values, confidence)
+        return _no_data(expectation, ev.excluded)
+    if ev.kind == PROPORTION:
+        return _judged(expectation, stats.proportion_estimate(ev.hits, ev.n, confidence))
+    if ev.kind == SUM:
+        return _judge_exact(expectation, ev.total, ev.n)
+    if ev.kind == RATIO:
+        return _judge_exact(expectation, ev.hits / ev.total, ev.n)
+    if ev.kind == EXTREME:
+        return _judged(expectation, stats.Estimate(ev.total, ev.total, ev.total, ev.n, confidence))
+    if ev.kind == MEAN:
+        return _judged(expectation, stats.mean_estimate_of(ev.n, ev.total, ev.squares, confidence))
+    assert expectation.stat is not None  # distribution metrics always carry a stat
+    return _judged(expectation, stats.estimate_stat(ev.sample(), expectation.stat, confidence))
 
 
 def _judgement(
@@ -250,21 +307,6 @@ def _judge_exact(expectation: Expectation, value: float, n: int) -> Judgement:
     )
 
 
-def _judge_proportion(expectation: Expectation, hits: int, n: int, confidence: float) -> Judgement:
-    if n == 0:
-        return _no_data(expectation)
-    return _judged(expectation, stats.proportion_estimate(hits, n, confidence))
-
-
-def _judge_distribution(
-    expectation: Expectation, values: Sequence[float], confidence: float
-) -> Judgement:
-    if not values:
-        return _no_data(expectation)
-    assert expectation.stat is not None  # distribution metrics always carry a stat
-    return _judged(expectation, stats.estimate_stat(values, expectation.stat, confidence))
-
-
 def _judged(expectation: Expectation, est: stats.Estimate) -> Judgement:
     exact = est.low == est.high == est.value
     interval = None if exact else est.interval
@@ -283,15 +325,21 @@ def _apply_policy(judgement: Judgement, expectation: Expectation, policy: str) -
     else:
         passed = policy == "pass"
     note = f" [inconclusive; policy {policy!r}: {'pass' if passed else 'fail'}]"
-    return Judgement(
-        judgement.expr,
-        judgement.verdict,
-        passed,
-        judgement.estimate,
-        judgement.interval,
-        judgement.n,
-        judgement.message + note,
-        expectation,
+    return dataclasses.replace(judgement, passed=passed, message=judgement.message + note)
+
+
+def judge_shards(
+    expectation: Expectation,
+    parts: Sequence[Evidence],
+    *,
+    policy: str = DEFAULT_POLICY,
+    confidence: float = CONFIDENCE,
+) -> Judgement:
+    """One budget judged again over several shards' evidence added up (`pytest-latency
+    merge`), under the inconclusive policy the shards used, as `judge` would have judged it
+    over all their calls at once."""
+    return _apply_policy(
+        judge_evidence(expectation, merge_all(expectation, parts), confidence), expectation, policy
     )
 
 
@@ -330,5 +378,11 @@ __all__ = [
     "confidence_for_looks",
     "flagged_failure",
     "judge",
+    "judge_evidence",
+    "judge_shards",
+    "looks_for",
+    "pass_bound",
+    "samples_needed",
+    "values_needed",
     "worst_status",
 ]

@@ -2,16 +2,17 @@
 
 Owns the message layout: one line naming the source (`budgets.toml:12`, `test_x.py::test_a
 marker`), quoting the expression and saying what is wrong, then, when the column is known, the
-expression again with a caret under the bad part; and pickling (xdist sends it between
-processes). Imports only the stdlib; never pytest (the plugin turns a `BudgetError` into a usage
-or collection error).
+expression again with a caret under the bad part; `BudgetErrors`, several of them from one file,
+one after another; and pickling (xdist sends it between processes). Imports only the stdlib;
+never pytest (the plugin turns a `BudgetError` into a usage or collection error).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BudgetError", "quote"]
+__all__ = ["BudgetError", "BudgetErrors", "quote"]
 
 
 class BudgetError(ValueError):
@@ -58,6 +59,18 @@ class BudgetError(ValueError):
     def __reduce__(self) -> tuple[Any, ...]:
         # The keyword-only constructor would not survive pickling (xdist, multiprocessing).
         return (_rebuild_error, (self.reason, self.source, self.text, self.start, self.end))
+
+
+class BudgetErrors(BudgetError):
+    """Several mistakes in one budgets file, in file order: `str()` is each one's message, one
+    after another (each starts with its own `file:line`), and `errors` holds them."""
+
+    def __init__(self, errors: Sequence[BudgetError]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BudgetErrors, (self.errors,))
 
 
 def _rebuild_error(

@@ -5,7 +5,8 @@ Owns the frozen records the parser produces (`ttft{model=m}.p95 < 400ms`, `good(
 statistic is judged against a threshold, and how a base-unit value reads back in the unit the
 author wrote (`612000.0` µs → `612 ms`). Thresholds are in the catalogue's base units:
 microseconds for time, 0..1 for ratios, plain numbers for tokens and counts.
-Imports only the stdlib and `pytest_latency.catalogue`; never pytest.
+Imports only the stdlib, `pytest_latency.catalogue` and `pytest_latency.units` (the rule that no
+rounding crosses a threshold); never pytest.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from pytest_latency.catalogue import METRICS, Dimension
+from pytest_latency.units import decimals_apart, exact_decimals
 
 __all__ = [
     "FILTER_KEYS",
@@ -67,7 +69,7 @@ class Condition:
         return _compare(value, self.op, self.threshold)
 
     def format_value(self, value: float) -> str:
-        return _format(value, METRICS[self.metric].dimension, self.unit)
+        return _format(value, METRICS[self.metric].dimension, self.unit, self.threshold)
 
     @property
     def label(self) -> str:
@@ -138,8 +140,10 @@ class Expectation:
         return all(c.holds(values[c.metric]) for c in self.conditions if c.metric in values)
 
     def format_value(self, value: float) -> str:
-        """Render a base-unit value in this expression's unit: `612000.0` → `'612 ms'`."""
-        return _format(value, self.dimension, self.unit)
+        """Render a base-unit value in this expression's unit: `612000.0` → `'612 ms'`. Against
+        the threshold no rounding crosses it: 399.7 ms reads `399.7 ms` beside `400 ms`, and
+        98.96% `98.96%` beside a `99%` budget (`units.decimals_apart`)."""
+        return _format(value, self.dimension, self.unit, self.threshold)
 
     def describe(
         self,
@@ -151,12 +155,18 @@ class Expectation:
         """`ttft.p95 = 612 ms > 400 ms (n=20)`: the observed value, how it compares, the budget.
 
         The operator shown is the true relation between the value and the threshold, so the
-        same sentence reads right for a pass and a miss.
+        same sentence reads right for a pass and a miss; at equality it is the budget's own
+        operator when that holds (`calls.max = 3 <= 3`) and its negation when it does not
+        (`calls.max = 3 >= 3` for `calls.max < 3`), never a bare `=`.
         """
         if math.isnan(value):
             relation = "?"
+        elif value < self.threshold:
+            relation = "<"
+        elif value > self.threshold:
+            relation = ">"
         else:
-            relation = "<" if value < self.threshold else ">" if value > self.threshold else "="
+            relation = self.op if self.holds(value) else _NEGATION[self.op]
         parts = []
         if n is not None:
             parts.append(f"n={n}")
@@ -170,6 +180,10 @@ class Expectation:
         return f"{self.label} = {shown} {relation} {limit}{tail}"
 
 
+# What a relation that does not hold reads as, at equality: not `< 3` is `>= 3`.
+_NEGATION: Final[Mapping[Op, Op]] = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
 def _compare(value: float, op: Op, threshold: float) -> bool:
     if op == "<":
         return value < threshold
@@ -180,29 +194,59 @@ def _compare(value: float, op: Op, threshold: float) -> bool:
     return value >= threshold
 
 
-def _format(value: float, dimension: Dimension, unit: str) -> str:
+def _scale(dimension: Dimension, unit: str) -> float:
+    """Base units per unit shown: a value reads as `value / scale` in its author's unit."""
+    if dimension is Dimension.TIME:
+        return TIME_UNITS[unit]
+    if dimension is Dimension.RATIO and unit == "%":
+        return 0.01
+    return 1.0
+
+
+def _format(value: float, dimension: Dimension, unit: str, threshold: float | None = None) -> str:
+    """`value` in `unit`, to about three significant digits; against `threshold`, with the digits
+    `units.decimals_apart` says it needs to stand on its own side of it, and the threshold
+    itself in full (`1234.5 ms`, not `1234 ms`)."""
     if math.isnan(value):
         return "nan"
+    scale = _scale(dimension, unit)
+    shown = value / scale
+    decimals = _decimals(shown)
+    if threshold is not None and math.isfinite(threshold):
+        limit = threshold / scale
+        if value == threshold:
+            decimals = exact_decimals(shown, decimals)
+        else:
+            decimals = decimals_apart(shown, (limit,), max(decimals, exact_decimals(limit, 0)))
+    number = format_number(shown, decimals)
     if dimension is Dimension.TIME:
-        return f"{format_number(value / TIME_UNITS[unit])} {unit}"
+        return f"{number} {unit}"
     if dimension is Dimension.RATIO:
-        return f"{format_number(value * 100)}%" if unit == "%" else format_number(value)
-    if unit:
-        return f"{format_number(value)} {unit}"
-    return format_number(value)
+        return f"{number}%" if unit == "%" else number
+    return f"{number} {unit}" if unit else number
 
 
-def format_number(x: float) -> str:
-    """About three significant digits, never in exponent form: 612, 41.5, 0.42, 1234."""
+def _decimals(x: float) -> int:
+    """About three significant digits: 612, 41.5, 1.23, 0.42, 0.00123."""
+    ax = abs(x)
+    if ax >= 100 or ax == 0 or not math.isfinite(ax):
+        return 0
+    if ax >= 10:
+        return 1
+    if ax >= 1:
+        return 2
+    return 2 - math.floor(math.log10(ax))
+
+
+def format_number(x: float, decimals: int | None = None) -> str:
+    """About three significant digits (or `decimals` places), never in exponent form: 612,
+    41.5, 0.42, 1234; trailing zeros dropped."""
     if math.isinf(x):
         return "∞" if x > 0 else "-∞"
-    ax = abs(x)
-    if ax >= 100 or ax == 0:
-        return f"{x:.0f}"
-    text = f"{x:.1f}" if ax >= 10 else f"{x:.2f}" if ax >= 1 else f"{x:.3g}"
-    if "e" in text:  # tiny values: keep them readable rather than exact
-        text = f"{x:.6f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    places = _decimals(x) if decimals is None else decimals
+    text = f"{x:.{places}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return "0" if text == "-0" else text
 
 
 def _filter_value(value: str) -> str:

@@ -3,7 +3,9 @@
 Owns `Defaults` (`[defaults]` sampling), `BudgetRule` (one `[[budget]]`: a node-id glob and/or a
 marker, and its expectations), `BudgetFile` (the whole file, with the `[session]` budgets), the
 file's schema and its limits, and turning every mistake (unreadable, not UTF-8, invalid TOML, a
-wrong key or value, a bad expression) into one `BudgetError` that names `file:line`.
+wrong key or value, a bad expression) into a `BudgetError` that names `file:line`: every
+mistake of the file, in file order (`BudgetErrors` when there are several), except in text
+that is not TOML at all, where tomllib stops at the first.
 tomllib is the parser of record; `_lines` only finds where a path is.
 Imports only the stdlib, `pytest_latency.catalogue` (through its siblings) and its siblings;
 never pytest.
@@ -12,15 +14,16 @@ never pytest.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import difflib
 import fnmatch
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from pytest_latency.budgets._errors import BudgetError, quote
+from pytest_latency.budgets._errors import BudgetError, BudgetErrors, quote
 from pytest_latency.budgets._expression import Expectation
 from pytest_latency.budgets._lines import Lines
 from pytest_latency.budgets._lines import Path as _Path
@@ -157,50 +160,83 @@ def _toml_error(exc: tomllib.TOMLDecodeError, text: str, path: str) -> BudgetErr
     return BudgetError(f"invalid TOML: {message}", source=f"{path}:{max(1, last)}")
 
 
+class _Skip(Exception):
+    """The key, rule or expression being read is wrong; its error is recorded and reading goes
+    on with the next one, so one run reports every mistake in the file."""
+
+
 class _FileReader:
-    """Validates the decoded TOML; every error names the line `Lines` found for its path."""
+    """Validates the decoded TOML; every error names the line `Lines` found for its path. Each
+    key, rule and expression is checked on its own (`check`), so the file's errors are all
+    reported at once, in file order, rather than the first one the checks happen to reach."""
 
     def __init__(self, text: str, path: str) -> None:
         self.lines = Lines(text)
         self.path = path
+        self.errors: list[tuple[int, BudgetError]] = []
 
     def where(self, path: _Path) -> str:
         return f"{self.path}:{self.lines.line_of(path)}"
 
     def fail(self, reason: str, path: _Path) -> NoReturn:
-        raise BudgetError(reason, source=self.where(path))
+        self.errors.append((self.lines.line_of(path), BudgetError(reason, source=self.where(path))))
+        raise _Skip
+
+    @contextlib.contextmanager
+    def check(self) -> Iterator[None]:
+        """One unit of the file: a failure inside it is recorded and the reading goes on."""
+        with contextlib.suppress(_Skip):
+            yield
 
     def read(self, data: dict[str, Any]) -> BudgetFile:
         for key in data:
-            if key in _DEFAULT_KEYS:
-                self.fail(
-                    f"{key!r} is a key of [defaults], not a table: put it under a [defaults] "
-                    f"header (keys above the first [header] are top-level)",
-                    (key,),
-                )
-            if key in _RULE_KEYS:
-                self.fail(
-                    f"{key!r} is a key of a [[budget]] rule (or, for 'expect', of [session]), "
-                    f"not a table: put it under a [[budget]] or [session] header",
-                    (key,),
-                )
-            if key not in _TOP_KEYS:
-                self.unknown(key, _TOP_KEYS, "top-level table", (key,))
+            with self.check():
+                self.top_level(key)
         defaults = self.defaults(data.get("defaults", {}))
-        budgets = data.get("budget", [])
-        if not isinstance(budgets, list) or not all(isinstance(b, dict) for b in budgets):
-            self.fail("'budget' must be an array of tables: [[budget]]", ("budget",))
-        rules = tuple(self.rule(b, i) for i, b in enumerate(budgets))
-        if "session" not in data:
-            return BudgetFile(self.path, defaults, rules, ())
-        session_table = data["session"]
-        if not isinstance(session_table, dict):
+        rules: list[BudgetRule] = []
+        with self.check():
+            budgets = data.get("budget", [])
+            if not isinstance(budgets, list) or not all(isinstance(b, dict) for b in budgets):
+                self.fail("'budget' must be an array of tables: [[budget]]", ("budget",))
+            for i, table in enumerate(budgets):
+                with self.check():
+                    rules.append(self.rule(table, i))
+        session: tuple[Expectation, ...] = ()
+        if "session" in data:
+            with self.check():
+                session = self.session(data["session"])
+        if self.errors:
+            # sorted() is stable: errors on one line stay in the order they were found.
+            found = [error for _, error in sorted(self.errors, key=lambda e: e[0])]
+            raise found[0] if len(found) == 1 else BudgetErrors(found)
+        return BudgetFile(self.path, defaults, tuple(rules), session)
+
+    def top_level(self, key: str) -> None:
+        if key in _DEFAULT_KEYS:
+            self.fail(
+                f"{key!r} is a key of [defaults], not a table: put it under a [defaults] "
+                f"header (keys above the first [header] are top-level)",
+                (key,),
+            )
+        if key in _RULE_KEYS:
+            self.fail(
+                f"{key!r} is a key of a [[budget]] rule (or, for 'expect', of [session]), "
+                f"not a table: put it under a [[budget]] or [session] header",
+                (key,),
+            )
+        if key not in _TOP_KEYS:
+            self.unknown(key, _TOP_KEYS, "top-level table", (key,))
+
+    def session(self, table: Any) -> tuple[Expectation, ...]:
+        if not isinstance(table, dict):
             self.fail("'session' must be a table: [session]", ("session",))
-        for key in session_table:
+        failed = len(self.errors)
+        for key in table:
             if key not in _SESSION_KEYS:
-                self.unknown(key, _SESSION_KEYS, "key in [session]", ("session", key))
-        session = self.expectations(session_table, ("session",), "[session]")
-        return BudgetFile(self.path, defaults, rules, session)
+                with self.check():
+                    self.unknown(key, _SESSION_KEYS, "key in [session]", ("session", key))
+        misspelled = len(self.errors) > failed
+        return self.expectations(table, ("session",), "[session]", misspelled=misspelled)
 
     def unknown(self, key: str, valid: Sequence[str], what: str, path: _Path) -> NoReturn:
         close = difflib.get_close_matches(key, valid, n=1)
@@ -208,56 +244,73 @@ class _FileReader:
         self.fail(f"unknown {what} {key!r}; {hint}valid: {', '.join(valid)}", path)
 
     def defaults(self, table: Any) -> Defaults:
-        if not isinstance(table, dict):
-            self.fail("'defaults' must be a table: [defaults]", ("defaults",))
         values: dict[str, int | None] = {}
-        for key, value in table.items():
-            at = ("defaults", key)
-            if key not in _DEFAULT_KEYS:
-                self.unknown(key, _DEFAULT_KEYS, "key in [defaults]", at)
-            lowest = 0 if key == "warmup" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-                self.fail(f"{key} must be an integer >= {lowest}, got {value!r}", at)
-            if value > MAX_SAMPLES:
-                self.fail(f"{key} = {value} is over the limit of {MAX_SAMPLES}", at)
-            values[key] = value
+        with self.check():
+            if not isinstance(table, dict):
+                self.fail("'defaults' must be a table: [defaults]", ("defaults",))
+            for key, value in table.items():
+                with self.check():
+                    values[key] = self.default(key, value)
         defaults = Defaults(**values)
-        if (
-            defaults.samples is not None
-            and defaults.max_samples is not None
-            and defaults.max_samples < defaults.samples
-        ):
-            self.fail(
-                f"max_samples ({defaults.max_samples}) is below samples ({defaults.samples})",
-                ("defaults", "max_samples"),
-            )
+        with self.check():
+            if (
+                defaults.samples is not None
+                and defaults.max_samples is not None
+                and defaults.max_samples < defaults.samples
+            ):
+                self.fail(
+                    f"max_samples ({defaults.max_samples}) is below samples ({defaults.samples})",
+                    ("defaults", "max_samples"),
+                )
         return defaults
+
+    def default(self, key: str, value: Any) -> int:
+        at = ("defaults", key)
+        if key not in _DEFAULT_KEYS:
+            self.unknown(key, _DEFAULT_KEYS, "key in [defaults]", at)
+        lowest = 0 if key == "warmup" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            self.fail(f"{key} must be an integer >= {lowest}, got {value!r}", at)
+        if value > MAX_SAMPLES:
+            self.fail(f"{key} = {value} is over the limit of {MAX_SAMPLES}", at)
+        return value
 
     def rule(self, table: dict[str, Any], index: int) -> BudgetRule:
         here: _Path = ("budget", index)
+        failed = len(self.errors)
         for key in table:
             if key not in _RULE_KEYS:
-                self.unknown(key, _RULE_KEYS, "key in [[budget]]", (*here, key))
+                with self.check():
+                    self.unknown(key, _RULE_KEYS, "key in [[budget]]", (*here, key))
         select, marker = table.get("select"), table.get("marker")
         for key, value in (("select", select), ("marker", marker)):
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                self.fail(f"{key} must be a non-empty string, got {value!r}", (*here, key))
-        if marker is not None and not marker.isidentifier():
-            self.fail(f"marker must be a pytest marker name, got {marker!r}", (*here, "marker"))
-        if select is None and marker is None:
-            self.fail(
-                "a [[budget]] needs 'select' (a node-id glob) and/or 'marker' to choose tests",
-                here,
-            )
-        expectations = self.expectations(table, here, "[[budget]]")
+            with self.check():
+                if value is not None and (not isinstance(value, str) or not value.strip()):
+                    self.fail(f"{key} must be a non-empty string, got {value!r}", (*here, key))
+                if key == "marker" and value is not None and not value.isidentifier():
+                    self.fail(f"marker must be a pytest marker name, got {value!r}", (*here, key))
+        # A key missing next to an unknown one is most likely that key misspelled: one error.
+        misspelled = len(self.errors) > failed
+        with self.check():
+            if select is None and marker is None and not misspelled:
+                self.fail(
+                    "a [[budget]] needs 'select' (a node-id glob) and/or 'marker' to choose tests",
+                    here,
+                )
+        expectations = self.expectations(table, here, "[[budget]]", misspelled=misspelled)
+        if len(self.errors) > failed:
+            raise _Skip  # recorded already; a rule with a wrong key is no rule
         return BudgetRule(expectations, select, marker, self.where(here))
 
     def expectations(
-        self, table: dict[str, Any], here: _Path, what: str
+        self, table: dict[str, Any], here: _Path, what: str, *, misspelled: bool = False
     ) -> tuple[Expectation, ...]:
         """`expect` of a [[budget]] or of [session]: the same rules for both (a non-empty list
-        of expressions, or one string; no budget twice)."""
+        of expressions, or one string; no budget twice). A table with an unknown key
+        (`misspelled`) that lacks `expect` has had its error already."""
         if "expect" not in table:
+            if misspelled:
+                raise _Skip
             self.fail(f"a {what} needs 'expect = [...]'", here)
         value = table["expect"]
         at: _Path = (*here, "expect")
@@ -274,15 +327,29 @@ class _FileReader:
         # The same budget by meaning: 'ttft.p95 < 400ms' and 'ttft.p95<0.4s' are one budget.
         seen: dict[tuple[str, str, float], tuple[Expectation, _Path]] = {}
         for item, item_at in items:
-            expectation = parse_expectation(item, source=self.where(item_at))
-            previous, first = seen.setdefault(expectation.meaning, (expectation, item_at))
-            if first != item_at:
-                self.fail(
-                    f"'expect' of this {what} gives the same budget twice: "
-                    f"{quote(previous.text)} (line {self.lines.line_of(first)}) and "
-                    f"{quote(expectation.text)} (line {self.lines.line_of(item_at)}); "
-                    f"remove one",
-                    item_at,
-                )
-            parsed.append(expectation)
+            with self.check():
+                parsed.append(self.expectation(item, item_at, what, seen))
         return tuple(parsed)
+
+    def expectation(
+        self,
+        item: Any,
+        item_at: _Path,
+        what: str,
+        seen: dict[tuple[str, str, float], tuple[Expectation, _Path]],
+    ) -> Expectation:
+        try:
+            expectation = parse_expectation(item, source=self.where(item_at))
+        except BudgetError as exc:
+            self.errors.append((self.lines.line_of(item_at), exc))
+            raise _Skip from None
+        previous, first = seen.setdefault(expectation.meaning, (expectation, item_at))
+        if first != item_at:
+            self.fail(
+                f"'expect' of this {what} gives the same budget twice: "
+                f"{quote(previous.text)} (line {self.lines.line_of(first)}) and "
+                f"{quote(expectation.text)} (line {self.lines.line_of(item_at)}); "
+                f"remove one",
+                item_at,
+            )
+        return expectation

@@ -8,7 +8,8 @@ far a sample's calls overlap), the what-ifs (fan-out to K parallel calls, hedgin
 short terminal rendering. Everything is computed from a test's `pools.Pool` (or a group's pooled
 calls); the result file and the report print these numbers and never recompute them. Pure
 functions, no state. May import the stdlib, `stats`, `budgets`, `metrics`, `calls`, `pools` and
-`verdicts` (the `Judgement` type); never pytest. See docs/diagnosis.md.
+`verdicts` (the `Judgement` type, and how many values a budget needs); never pytest. See
+docs/diagnosis.md.
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
 `_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
@@ -18,9 +19,8 @@ Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (p
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pytest_latency import stats
 from pytest_latency.diagnose._cache import cache_findings, compares_prefix, first_divergence
 from pytest_latency.diagnose._finding import (
     BELOW_CACHE_MINIMUM,
@@ -163,40 +163,67 @@ def diagnose_calls(
     return found
 
 
-def _budget_findings(judgements: Iterable[Judgement]) -> list[Finding]:
-    """too_few_samples for percentile budgets judged on fewer values than their bound needs."""
+def _budget_findings(
+    judgements: Iterable[Judgement], policy: str | None, confidence: float | None
+) -> list[Finding]:
+    """too_few_samples for percentile budgets judged on fewer values than a confident pass needs
+    (`verdicts.values_needed`, at the confidence they were judged at), saying what became of
+    each: inconclusive and what the policy did with it, or failed with confidence all the same."""
+    from pytest_latency.verdicts import CONFIDENCE, pass_bound, values_needed
+
+    level = CONFIDENCE if confidence is None else confidence
     found = []
     for judgement in judgements:
         expectation, n = judgement.expectation, judgement.n
-        if expectation is None:
+        if expectation is None or n == 0 or judgement.verdict == "pass":
             continue
-        p = expectation.percentile
-        if p is None or not 0 < p < 100 or n == 0:
+        needed = values_needed(expectation, level)
+        if needed is None or n >= needed:
             continue
-        # `<` budgets pass on the upper bound, `>` budgets on the lower one.
-        bound: Literal["upper", "lower"] = "upper" if expectation.op.startswith("<") else "lower"
-        needed = stats.min_samples_for(p, bound=bound)
-        if n < needed:
-            expr = judgement.expr
-            found.append(
-                Finding(
-                    TOO_FEW_SAMPLES,
-                    f"{expr} was judged on {n} values; its {bound} confidence bound needs at "
-                    f"least {needed} (95%), so the verdict rests on the point estimate alone: "
-                    f"raise samples to {needed} or budget a lower percentile",
-                    {"check": "budget", "expr": expr, "n": n, "needed": needed, "bound": bound},
-                )
+        bound = pass_bound(expectation)
+        expr = judgement.expr
+        found.append(
+            Finding(
+                TOO_FEW_SAMPLES,
+                f"{expr} was judged on {n} values; its {bound} confidence bound needs at least "
+                f"{needed} ({_percent(level)}) to pass with confidence, so "
+                f"{_what_became(judgement, policy)}: raise samples to {needed} or budget a "
+                f"lower percentile",
+                {"check": "budget", "expr": expr, "n": n, "needed": needed, "bound": bound},
             )
+        )
     return found
 
 
+def _what_became(judgement: Judgement, policy: str | None) -> str:
+    """What the verdict was, and what the inconclusive policy did with it, in words."""
+    if judgement.verdict == "fail":
+        return "it could only fail, and failed with confidence"
+    done = "passed" if judgement.passed else "failed"
+    if policy == "estimate":
+        return f"it stayed inconclusive and was {done} on the point estimate (policy 'estimate')"
+    if policy is None:
+        return f"it stayed inconclusive and the inconclusive policy {done} it"
+    return f"it stayed inconclusive and policy {policy!r} {done} it"
+
+
+def _percent(level: float) -> str:
+    return f"{level * 100:.4g}%"
+
+
 def diagnose_test(
-    pool: Pool, thresholds: Thresholds = DEFAULTS, *, judgements: Iterable[Judgement] = ()
+    pool: Pool,
+    thresholds: Thresholds = DEFAULTS,
+    *,
+    judgements: Iterable[Judgement] = (),
+    policy: str | None = None,
+    confidence: float | None = None,
 ) -> list[Finding]:
-    """Every finding for one test: over its pool's calls, per sample, and on its judgements."""
+    """Every finding for one test: over its pool's calls, per sample, and on its judgements
+    (made under the inconclusive `policy` at `confidence`, when known)."""
     found = diagnose_calls(pool.finals, thresholds)
     found.extend(serial_findings(pool, thresholds))
-    found.extend(_budget_findings(judgements))
+    found.extend(_budget_findings(judgements, policy, confidence))
     return found
 
 

@@ -4,8 +4,9 @@ Owns the split of e2e at the first token (`PhaseSplit`: the median share of e2e 
 which side of the thresholds it leans to; `PhaseColumns`, what it reads from the calls), the least
 squares fit of ttft on uncached prompt tokens (the cost of prefill per 1k tokens, or why it cannot
 be fitted), the decode cost (median tpot) and the `prefill_bound` / `decode_bound` findings built on
-them. Imports only the stdlib, `pytest_latency.stats`, `pytest_latency.metrics` and its sibling
-`_finding`.
+them. They read each final attempt's own fields (`attempt_ttft`, `attempt_e2e`): what the server
+did, which an SDK's back-off before that attempt is no part of. Imports only the stdlib,
+`pytest_latency.stats`, `pytest_latency.metrics` and its sibling `_finding`.
 """
 
 from __future__ import annotations

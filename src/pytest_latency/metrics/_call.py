@@ -58,8 +58,9 @@ SATURATED_LAG_MS = 50.0
 
 @dataclass(frozen=True, slots=True)
 class CallMetrics:
-    """The metrics of one HTTP attempt. Times are microseconds from the request being handed to
-    the transport; `None` means absent (not measurable for this call), never zero."""
+    """The metrics of one HTTP attempt. Times are microseconds from this attempt's request being
+    handed to the transport (its own figures: the public `ttft` of a retried call adds
+    `waited_us`, see `calls.metric_value`); `None` means absent (not measurable), never zero."""
 
     api: str  # anthropic.messages | openai.chat | openai.responses | openai.completions | unknown
     model: str | None
@@ -118,6 +119,10 @@ class CallMetrics:
     # None by default, so no text reaches the outputs.
     prompt_text: str | None = None
     output_text: str | None = None
+    # µs from the first attempt of this attempt's call being handed to the transport to this one
+    # being handed over: the attempts the SDK retried and its back-off. 0 for a first attempt;
+    # stamped when attempts are grouped into a call (`calls.Call.of`), never by `call_metrics`.
+    waited_us: float = 0.0
 
     @property
     def flagged(self) -> tuple[str, ...]:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_latency.plugin._annotations import annotation_lines
+from pytest_latency.plugin._junit import junit_cases
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
 from pytest_latency.plugin._sampling import in_flight
 from pytest_latency.plugin._signals import Interruption
@@ -28,7 +30,7 @@ from pytest_latency.plugin._state import HELD_NAME, RunState, Settings
 from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, HeldReports
 
 if TYPE_CHECKING:
-    from pytest_latency.results import ResultBuilder
+    from pytest_latency.results import MetricChange, ResultBuilder
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
 
@@ -139,6 +141,8 @@ class LatencyCollector:
                 session.testsfailed += 1
         if self._outputs.baseline is not None:
             self._compare_with_baseline(session)
+        # Before junitxml's sessionfinish writes the file.
+        junit_cases(session.config, self._run)
         return result
 
     def _result(self, session: pytest.Session, *, partial: bool) -> dict[str, Any]:
@@ -146,16 +150,21 @@ class LatencyCollector:
         it unless the run was interrupted in between)."""
         if self._built is not None and self._built[0] == partial:
             return self._built[1]
-        from pytest_latency.results import ResultBuilder
+        from pytest_latency.results import ResultBuilder, baseline_block
 
         if self._builder is None:
             self._builder = ResultBuilder()
             for test in self._run.tests:
                 self._builder.add(test)
+        comparison = self._run.comparison
         result = self._builder.result(
             session_budgets=self._run.session_judgements,
             partial=partial,
             run=run_info(session.config, self._started),
+            session_policy=self._settings.policy,
+            baseline=None
+            if comparison is None
+            else baseline_block(comparison, str(self._outputs.baseline_path)),
         )
         self._built = (partial, result)
         return result
@@ -163,23 +172,17 @@ class LatencyCollector:
     _built: tuple[bool, dict[str, Any]] | None = None
 
     def _compare_with_baseline(self, session: pytest.Session) -> None:
+        """Every test with data, every group and the session against the baseline; a
+        regression fails the run and is written into every output (docs/ci.md)."""
         from pytest_latency.results import compare_results
 
         assert self._outputs.baseline is not None
-        budgeted = {t.nodeid for t in self._run.tests if t.judgements}
         head = self._result(session, partial=self._crashed)
-        comparison = compare_results(
+        self._run.comparison = compare_results(
             self._outputs.baseline, head, tolerance=self._outputs.tolerance
         )
-        for change in comparison.regressions:
-            if change.nodeid not in budgeted:
-                continue
-            worst = max(c for c in (change.change_p50, change.change_p95) if c is not None)
-            self._run.regressions.append(
-                f"{change.nodeid}: {change.metric} slower than the baseline by {worst:+.0%} "
-                f"(p={change.p_value:.3g})"
-            )
-        if self._run.regressions:
+        self._built = None  # the file carries the comparison from here on
+        if self._run.comparison.regressions:
             session.testsfailed += 1
 
     # First: pytest-xdist's own sessionfinish tears the workers down, waiting up to 10 s for
@@ -217,7 +220,8 @@ class LatencyCollector:
             from pytest_latency.terminal import summary_lines
 
             terminalreporter.write_sep("=", "latency summary")
-            for line in summary_lines(self._run.tests):
+            regressed = self._run.comparison.regressed_tests() if self._run.comparison else {}
+            for line in summary_lines(self._run.tests, regressed=regressed):
                 terminalreporter.write_line(line)
         self._write_findings(terminalreporter)
         judgements: list[Judgement] = self._run.session_judgements
@@ -234,16 +238,32 @@ class LatencyCollector:
                     red=True,
                     bold=True,
                 )
-        if self._run.regressions:
+        comparison = self._run.comparison
+        if comparison is not None and comparison.regressions:
+            from pytest_latency.results import describe, describe_rollup
+
             terminalreporter.write_sep("-", "latency regressions against the baseline")
-            for line in self._run.regressions:
-                terminalreporter.write_line(line, red=True)
+            rollups: dict[str, list[MetricChange]] = {}
+            for change in comparison.regressions:
+                if change.scope == "test":
+                    terminalreporter.write_line(describe(change), red=True)
+                else:
+                    rollups.setdefault(change.nodeid, []).append(change)
+            for changes in rollups.values():
+                terminalreporter.write_line(describe_rollup(changes), red=True)
+            terminalreporter.write_line(
+                f"pytest-latency: {len(comparison.regressions)} regression(s) against the "
+                f"baseline {self._outputs.baseline_path}",
+                red=True,
+                bold=True,
+            )
         for line in self._run.written:
             terminalreporter.write_sep("-", line)
         for failure in self._run.write_failures:
             terminalreporter.write_line(f"pytest-latency: {failure}", red=True, bold=True)
         if os.environ.get("GITHUB_ACTIONS") == "true":
-            self._annotate(terminalreporter)
+            for line in annotation_lines(self._run):
+                terminalreporter.write_line(line)
 
     def _write_findings(self, terminalreporter: pytest.TerminalReporter) -> None:
         diagnosed = [(t.nodeid, t.findings) for t in self._run.tests if t.findings]
@@ -256,22 +276,6 @@ class LatencyCollector:
             terminalreporter.write_line(nodeid)
             for line in finding_lines(findings):
                 terminalreporter.write_line(f"  {line}")
-
-    def _annotate(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """GitHub error annotations on the test's file and line for each missed budget, and
-        one for each output that could not be written."""
-        for failure in self._run.write_failures:
-            terminalreporter.write_line(f"::error title=pytest-latency::{_escape_data(failure)}")
-        for test in self._run.tests:
-            location = test.location or (test.nodeid.split("::")[0], None)
-            for judgement in test.judgements:
-                if judgement.passed:
-                    continue
-                where = f"file={_escape_property(str(location[0]))}"
-                if location[1] is not None:
-                    where += f",line={int(location[1]) + 1}"
-                message = _escape_data(f"{test.nodeid}: {judgement.message}")
-                terminalreporter.write_line(f"::error {where},title=latency budget::{message}")
 
 
 def _worker_pid(node: Any) -> int | None:
@@ -288,12 +292,3 @@ def _worker_pid(node: Any) -> int | None:
     except Exception:  # no pid: a stop signal then interrupts at once, as without workers
         return None
     return int(pid) if parent == os.getpid() else None
-
-
-def _escape_data(text: str) -> str:
-    # GitHub workflow-command escaping: data needs %, CR and LF encoded.
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -60,19 +61,47 @@ def _instrument(client: Any, *, read_ahead: bool) -> Any:
 class _Endpoint(NamedTuple):  # not a dataclass: see the Settings class in `_state`
     base_url: str | None
     api_key: str | None
+    # The provider's own API and nothing to authenticate with: what is missing, for the
+    # fixture's error.
+    missing_key: str | None = None
+
+
+# The API key a client sends to a configured server when the environment has none: self-hosted
+# servers (vLLM, llama.cpp, SGLang, Ollama) accept any key or none, but both SDKs refuse to build
+# or send a request without one. Documented in docs/self-hosted.md.
+PLACEHOLDER_API_KEY = "pytest-latency-no-key"
+
+# The providers' own APIs, where a made-up key could only be refused.
+_PROVIDER_HOSTS = {"anthropic": "api.anthropic.com", "openai": "api.openai.com"}
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None  # an empty variable is an unset one
 
 
 def _endpoint(config: pytest.Config, provider: str) -> _Endpoint:
     settings = config.stash[SETTINGS_KEY]
-    env_key = os.environ.get(f"{provider.upper()}_API_KEY")
+    prefix = provider.upper()
+    env_key = _env(f"{prefix}_API_KEY")
     explicit = settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
-    configured = bool(env_key or explicit or os.environ.get(f"{provider.upper()}_BASE_URL"))
+    url = explicit or _env(f"{prefix}_BASE_URL")
+    configured = bool(env_key or url)
     if settings.sim_preset is not None and not (settings.sim_auto and configured):
         sim = sim_server(config)
-        url = sim.anthropic_base_url if provider == "anthropic" else sim.openai_base_url
-        return _Endpoint(url, env_key or "sim-key")
-    # None lets the SDK read <PROVIDER>_BASE_URL from the environment itself.
-    return _Endpoint(explicit, env_key)
+        sim_url = sim.anthropic_base_url if provider == "anthropic" else sim.openai_base_url
+        return _Endpoint(sim_url, env_key or "sim-key")
+    # anthropic also authenticates with a bearer token of its own.
+    if env_key or (provider == "anthropic" and _env("ANTHROPIC_AUTH_TOKEN")):
+        # None lets the SDK read the key and <PROVIDER>_BASE_URL from the environment itself.
+        return _Endpoint(explicit, env_key)
+    if url is None or urlsplit(url).hostname == _PROVIDER_HOSTS[provider]:
+        missing = (
+            f"no API key: set {prefix}_API_KEY for the {provider} API, or point the fixture at "
+            f"a server with --latency-{provider}-base-url or {prefix}_BASE_URL (a self-hosted "
+            f"one needs no key), or at the simulator with --latency-sim"
+        )
+        return _Endpoint(explicit, None, missing)
+    return _Endpoint(explicit, PLACEHOLDER_API_KEY)
 
 
 _SDK_CLASSES = {
@@ -89,6 +118,10 @@ def _sdk_client(request: pytest.FixtureRequest, provider: str, *, is_async: bool
 
     warm(provider)  # the SDK's first-use work, here rather than inside the first measured call
     endpoint = _endpoint(request.config, provider)
+    if endpoint.missing_key is not None:
+        # Said now, in one line, rather than by the SDK: openai refuses at setup, anthropic only
+        # at the first call, deep in a traceback.
+        pytest.fail(f"{request.fixturename}: {endpoint.missing_key}", pytrace=False)
     client_class = getattr(sdk, _SDK_CLASSES[provider, is_async])
     client = client_class(base_url=endpoint.base_url, api_key=endpoint.api_key)
     return _instrument(client, read_ahead=_read_ahead(request.config))

@@ -68,7 +68,7 @@ class Router:
 
                 created = Recording(self.nodeid)
                 if self.body_running:
-                    created.begin_sample(warmup=False)
+                    created.begin_run(warmup=False)
                 self.recording = created
             return self.recording
 
@@ -85,10 +85,10 @@ class Router:
         with self._lock:
             self.body_running = True
             if self.recording is not None:
-                self.recording.begin_sample(warmup=False)
+                self.recording.begin_run(warmup=False)
 
     def end_plain_run(self) -> None:
         with self._lock:
             self.body_running = False
             if self.recording is not None:
-                self.recording.end_sample()
+                self.recording.end_run()

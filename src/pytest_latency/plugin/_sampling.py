@@ -134,6 +134,12 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
             continue
         if plan is not None:
             node.stash[PLAN_KEY] = plan
+            try:
+                _warn_unreachable(node, plan)
+            except SamplingPlanWarning as exc:
+                # `filterwarnings = error`: a collection error naming the test, not a crash.
+                problems.append(f"{type(exc).__name__} (an error under filterwarnings): {exc}")
+                continue
             if config.pluginmanager.get_plugin(SAMPLER_NAME) is None:
                 router = config.stash[RUN_KEY].router
                 handoff = config.stash[RUN_KEY].handoff
@@ -144,6 +150,43 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         report.longrepr = "\n".join(["pytest-latency: invalid latency marker", *problems])
         report.result = []
     return report
+
+
+class SamplingPlanWarning(pytest.PytestWarning):
+    """A test's sampling plan cannot give one of its budgets a confident pass."""
+
+
+def _warn_unreachable(item: pytest.Item, plan: SamplingPlan) -> None:
+    """Warn at collection about a percentile budget that sequential sampling samples for in vain:
+    even at max_samples its bound cannot exist, so the test spends every sample and ends
+    inconclusive (issue #16: a p99 budget sampled up to 80 needs hundreds)."""
+    if plan.max_samples <= plan.samples:
+        return  # a fixed sample size: the too_few_samples finding says it after the run
+    from pytest_latency.catalogue import METRICS, Scope
+
+    candidates = [
+        e
+        for e in plan.expectations
+        if e.percentile is not None and METRICS[e.metric].scope is not Scope.CHUNK
+    ]
+    if not candidates:
+        return  # itl has a value per chunk: its count is not the samples'
+    from pytest_latency.verdicts import samples_needed
+
+    for expectation in candidates:
+        needed = samples_needed(expectation, plan.samples, plan.max_samples)
+        if needed is None:
+            continue
+        per_sample = METRICS[expectation.metric].scope is Scope.SAMPLE
+        values = "one value per sample" if per_sample else "at one call per sample"
+        item.warn(
+            SamplingPlanWarning(
+                f"pytest-latency: {item.nodeid}: {expectation.text!r} cannot pass with "
+                f"confidence at max_samples={plan.max_samples}: it needs {needed} values "
+                f"({values}, sampled {plan.samples} → {needed}); raise max_samples to "
+                f"{needed} or budget a lower percentile"
+            )
+        )
 
 
 # ---- running a test ------------------------------------------------------------------------------
@@ -278,11 +321,11 @@ class Sampler:
 
         def run_samples(count: int, *, warmup: bool) -> None:
             for _ in range(count):
-                recording.begin_sample(warmup=warmup)
+                recording.begin_run(warmup=warmup)
                 try:
                     call_body(pyfuncitem=pyfuncitem)
                 finally:
-                    recording.end_sample()
+                    recording.end_run()
 
         from pytest_latency.plugin._warm import warm_imported
 
@@ -399,9 +442,10 @@ def _diagnosed(test: TestData, judgements: Sequence[Judgement]) -> TestData:
     from pytest_latency import diagnose
 
     pool = test.pool
-    return test.diagnosed(
-        diagnose.diagnose_test(pool, judgements=judgements), diagnose.test_figures(pool)
+    findings = diagnose.diagnose_test(
+        pool, judgements=judgements, policy=test.policy, confidence=test.confidence
     )
+    return test.diagnosed(findings, diagnose.test_figures(pool))
 
 
 def _record_properties(

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from pytest_latency.attribution import Sink
     from pytest_latency.budgets import BudgetFile, Expectation
+    from pytest_latency.results import Comparison
     from pytest_latency.sim import SimServer
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
@@ -82,11 +83,9 @@ class SamplingPlan(NamedTuple):
     def looks(self) -> int:
         """How many times the verdicts may be computed: after `samples`, then after each
         doubling until `max_samples` (20 → 40 → 80 → 160 → 200 is five looks)."""
-        looks, n = 1, self.samples
-        while n < self.max_samples:
-            n = min(2 * n, self.max_samples)
-            looks += 1
-        return looks
+        from pytest_latency.verdicts import looks_for
+
+        return looks_for(self.samples, self.max_samples)
 
 
 class RunState:
@@ -94,9 +93,9 @@ class RunState:
     interleaves)."""
 
     __slots__ = (
+        "comparison",
         "handoff",
         "outer_sink",
-        "regressions",
         "restore_signals",
         "router",
         "session_judgements",
@@ -121,7 +120,8 @@ class RunState:
         self.write_failures: list[str] = []  # an output not written: its option, path, reason
         # Puts back the stop signals' handlers replaced for the session (`_signals`).
         self.restore_signals: Callable[[], None] | None = None
-        self.regressions: list[str] = []
+        # The run against `--latency-baseline`, compared after the last test.
+        self.comparison: Comparison | None = None
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -4,7 +4,8 @@ Owns the Markdown layout and the escaping of everything that came from the run (
 arbitrary parametrize ids: `|` would split a table cell, `<script>` would reach the page as HTML
 on some renderers, `*`/`_`/`` ` `` would restyle the text), and the short diagnosis and errors
 sections (one line per finding kind for failing or flagged tests; failed calls by error kind).
-May import `results` and its siblings `_format` and `_diagnosis`; never jinja2.
+May import `results` and its siblings `_diagnosis` and `_view` (`cache_text`, the cache cell the
+HTML report shows too); never jinja2.
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ from typing import Any
 
 from pytest_latency import units as fmt
 from pytest_latency.report import _diagnosis as diag
+from pytest_latency.report._view import cache_text
 from pytest_latency.results import (
+    MIN_VALUES,
+    SIGNIFICANCE,
     Comparison,
     MetricChange,
     budget_status,
+    changes_of,
+    p_text,
+    session_label,
     test_status,
     verdict_counts,
 )
@@ -62,10 +69,6 @@ def _stat(test: Mapping[str, Any], metric: str, key: str) -> str:
     return fmt.value(block.get("unit", "us"), block.get(key)) if block else fmt.ABSENT
 
 
-def _cache(ratio: Mapping[str, Any]) -> str:
-    return fmt.ratio(ratio.get("value")) if ratio.get("cache_fields") == "reported" else "absent"
-
-
 def _test_verdict(test: Mapping[str, Any]) -> str:
     return test_status(test) or "–"
 
@@ -75,8 +78,14 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     counts = verdict_counts(result)
     total = sum(counts.values())
     tests = result.get("tests", [])
+    regressions = changes_of((result.get("baseline") or {}).get("regressions", []))
+    # A regression fails the gate as a missed budget does: both lead the verdict line.
+    slower = f"{len(regressions)} latency regression(s) against the baseline"
     if counts["fail"]:
-        head = f"❌ **pytest-latency: {counts['fail']} of {total} latency budgets failed**"
+        failed = f"{counts['fail']} of {total} latency budgets failed"
+        head = f"❌ **pytest-latency: {failed}{'; ' + slower if regressions else ''}**"
+    elif regressions:
+        head = f"❌ **pytest-latency: {slower}**"
     elif counts["inconclusive"]:
         head = f"⚠️ **pytest-latency: no budget failed; {counts['inconclusive']} not confident**"
     elif total:
@@ -100,7 +109,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         if budget_status(b) == "fail"
     ]
     failing += [
-        ("(session)", b)
+        (session_label(b), b)
         for b in result.get("session", {}).get("budgets", [])
         if budget_status(b) == "fail"
     ]
@@ -122,11 +131,24 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             ],
         )
         lines.append("")
+    if regressions:
+        tolerance = (result.get("baseline") or {}).get("tolerance")
+        lines += [
+            "### Regressions against the baseline",
+            "",
+            f"A regression is {_rule(tolerance)}.",
+            "",
+        ]
+        lines += _table(_CHANGE_HEADERS, [_change_row(c) for c in regressions[:MAX_ROWS]])
+        if len(regressions) > MAX_ROWS:
+            lines.append(f"\n… and {len(regressions) - MAX_ROWS} more.")
+        lines.append("")
     lines += _diagnosis_section(result)
     lines += _errors_section(result)
     if tests:
         lines += ["### Tests", ""]
-        shown = sorted(tests, key=lambda t: {"fail": 0, "inconclusive": 1}.get(_test_verdict(t), 2))
+        order = {"fail": 0, "regressed": 1, "inconclusive": 2}
+        shown = sorted(tests, key=lambda t: order.get(_test_verdict(t), 3))
         lines += _table(
             ("test", "n", "ttft p50", "ttft p95", "tpot p50", "e2e p95", "cache", "verdict"),
             [
@@ -137,7 +159,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "ttft", "p95"),
                     _stat(t, "tpot", "p50"),
                     _stat(t, "e2e", "p95"),
-                    _cache(t.get("cache_read_ratio", {})),
+                    cache_text(t),
                     _test_verdict(t),
                 )
                 for t in shown[:MAX_ROWS]
@@ -152,7 +174,10 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 def _flagged(test: Mapping[str, Any]) -> bool:
     """A test worth a diagnosis line: a budget not passed, a failed outcome, failed calls,
     flagged calls, or a finding other than too-few-samples."""
-    if _test_verdict(test) in ("fail", "inconclusive") or test.get("outcome") == "failed":
+    if (
+        _test_verdict(test) in ("fail", "regressed", "inconclusive")
+        or test.get("outcome") == "failed"
+    ):
         return True
     if test.get("error_count") or any((test.get("flags") or {}).values()):
         return True
@@ -237,7 +262,12 @@ def _errors_section(result: Mapping[str, Any]) -> list[str]:
 
 def _change_row(change: MetricChange) -> tuple[str, ...]:
     flag = "🔴 regression" if change.regression else "🟢 faster" if change.improvement else ""
-    p_value = "–" if change.p_value is None else f"{change.p_value:.3g}"
+    if change.p_value is None:
+        p_value = f"too few values ({change.n_base} → {change.n_head}; {MIN_VALUES} a side)"
+    else:
+        p_value = p_text(change.p_value)
+        if change.p_adjusted is not None:
+            p_value += f" ({p_text(change.p_adjusted)})"
     return (
         escape(change.nodeid),
         change.metric,
@@ -261,16 +291,23 @@ _CHANGE_HEADERS = (
     "base p95",
     "head p95",
     "Δ p95",
-    "p (slower)",
+    "p slower (Holm)",
     "",
 )
+
+
+def _rule(tolerance: float | None) -> str:
+    return (
+        f"a p50 or p95 slower by more than {fmt.ratio(tolerance)} *and* a one-sided "
+        f"Mann-Whitney U test with p < {SIGNIFICANCE:g} after Holm's adjustment over every "
+        "comparison of the run"
+    )
 
 
 def render_comparison(comparison: Comparison, *, base: str, head: str) -> str:
     """The diff of two runs for a PR comment: regressions first, then the full table folded."""
     regressions = comparison.regressions
     improvements = [c for c in comparison.changes if c.improvement]
-    tolerance = fmt.ratio(comparison.tolerance)
     if regressions:
         title = f"🔴 **pytest-latency: {len(regressions)} latency regression(s)**"
     else:
@@ -278,8 +315,7 @@ def render_comparison(comparison: Comparison, *, base: str, head: str) -> str:
     lines = [
         title,
         "",
-        f"{escape(base)} → {escape(head)}: a regression is a p50 or p95 slower by more than "
-        f"{tolerance} *and* a one-sided Mann-Whitney U test with p < 0.05 "
+        f"{escape(base)} → {escape(head)}: a regression is {_rule(comparison.tolerance)} "
         f"({len(comparison.changes)} metrics compared, {len(improvements)} faster).",
         "",
     ]

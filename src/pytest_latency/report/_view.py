@@ -22,7 +22,7 @@ from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.results import budget_status, test_status, verdict_counts
+from pytest_latency.results import budget_status, session_label, test_status, verdict_counts
 
 # Full per-test details (statements, tables, what-ifs, four charts: ~25 kB each) for at most this
 # many tests, failing budgets first, then inconclusive ones, then the slowest by e2e p95, so a
@@ -127,6 +127,7 @@ class ReportView:
     verdict_text: str
     counts: Mapping[str, int]
     failing: tuple[BudgetRow, ...]
+    regressions: tuple[str, ...]  # `results.describe` of each, as the file carries it
     diagnosis: tuple[diag.KindGroup, ...]
     run_findings: tuple[diag.FindingView, ...]
     errors: tuple[diag.ErrorRow, ...]
@@ -154,10 +155,34 @@ def _metric(test: Mapping[str, Any], metric: str) -> Mapping[str, Any] | None:
     return block
 
 
-def _cache_text(ratio: Mapping[str, Any]) -> str:
+def cache_thresholds(scope: Mapping[str, Any]) -> tuple[float, ...]:
+    """The thresholds of a test's (or the session's) budgets on its whole cache read ratio
+    (none with `{model=...}` filters): what the ratio shown beside them must not round across."""
+    return tuple(
+        float(b["threshold"])
+        for b in scope.get("budgets", ())
+        if b.get("metric") == "cache_read_ratio"
+        and "{" not in str(b.get("expr", ""))
+        and isinstance(b.get("threshold"), int | float)
+    )
+
+
+def run_cache_thresholds(result: Mapping[str, Any]) -> tuple[float, ...]:
+    """Every cache read ratio budget of the run (each test's and the session's): what a rollup's
+    ratio, which has no budget of its own, is read against."""
+    scopes = [*result.get("tests", ()), result.get("session", {})]
+    return tuple(sorted({t for scope in scopes for t in cache_thresholds(scope)}))
+
+
+def cache_text(scope: Mapping[str, Any], thresholds: Sequence[float] | None = None) -> str:
+    """The cache read ratio of a test, group or the session as every table shows it: "absent"
+    when no call reported cache fields, else a percentage on the right side of its budgets
+    (`thresholds`, or the scope's own)."""
+    ratio = scope.get("cache_read_ratio", {})
     if ratio.get("cache_fields") != "reported":
         return "absent"
-    return fmt.ratio(ratio.get("value"))
+    limits = cache_thresholds(scope) if thresholds is None else thresholds
+    return fmt.ratio(ratio.get("value"), limits)
 
 
 def _budget_row(
@@ -237,7 +262,13 @@ def _phase_statement(test: Mapping[str, Any]) -> Statement | None:
     )
 
 
-def _cache_statement(ratio: Mapping[str, Any], usage: Mapping[str, Any] | None) -> Statement:
+def _cache_statement(
+    scope: Mapping[str, Any],
+    usage: Mapping[str, Any] | None,
+    thresholds: Sequence[float] | None = None,
+) -> Statement:
+    ratio = scope.get("cache_read_ratio", {})
+    limits = cache_thresholds(scope) if thresholds is None else thresholds
     seen = ""
     if usage:
         fields = [
@@ -260,7 +291,8 @@ def _cache_statement(ratio: Mapping[str, Any], usage: Mapping[str, Any] | None) 
         )
     value = ratio.get("value") or 0.0
     text = (
-        f"{fmt.ratio(value)} of input tokens were read from the prompt cache "
+        f"{fmt.ratio(value, limits)} of input tokens were read from the prompt "
+        "cache "
         f"({ratio.get('read_tokens', 0):,} of {ratio.get('input_tokens', 0):,} over "
         f"{ratio.get('calls_reporting', 0)} calls)." + seen
     )
@@ -311,7 +343,8 @@ def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
     return (
         f"{total} of {calls} calls failed{kinds}; {retries} SDK "
         f"retr{'ies' if retries != 1 else 'y'}. Failed calls are left out of the latency "
-        "metrics; a retried call counts once, with the latency of its final attempt."
+        "metrics; a retried call counts once, with the latency the application saw (from its "
+        "first attempt: the back-off included); attempt_* metrics give its final attempt's own."
     )
 
 
@@ -366,7 +399,7 @@ def _hints(test: Mapping[str, Any]) -> tuple[str, ...]:
     phase = _phase_statement(test)
     if phase is not None:
         hints.append(f"{phase.label}: {phase.text}")
-    hints.append(_cache_statement(test.get("cache_read_ratio", {}), None).text)
+    hints.append(_cache_statement(test, None).text)
     titles = _finding_titles(test)
     if titles:
         hints.append(f"Diagnosis: {titles} (see the test's details).")
@@ -383,7 +416,7 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
         s
         for s in (
             _phase_statement(test),
-            _cache_statement(test.get("cache_read_ratio", {}), test.get("usage_fields")),
+            _cache_statement(test, test.get("usage_fields")),
             _calls_statement(test),
             _flags_statement(test.get("flags", {})),
         )
@@ -443,12 +476,12 @@ def _finding_titles(test: Mapping[str, Any]) -> str:
 
 def _priority(index: int, test: Mapping[str, Any]) -> tuple[int, float, int]:
     verdict = _test_verdict(test)
-    rank = {"fail": 0, "inconclusive": 1, "pass": 2}.get(verdict, 3)
+    rank = {"fail": 0, "regressed": 1, "inconclusive": 2, "pass": 3}.get(verdict, 4)
     e2e = (_metric(test, "e2e") or {}).get("p95") or 0.0
     return (rank, -float(e2e), index)
 
 
-def _group_row(group: Mapping[str, Any]) -> GroupRow:
+def _group_row(group: Mapping[str, Any], thresholds: Sequence[float]) -> GroupRow:
     metrics = group.get("metrics", {})
     return GroupRow(
         model=str(group.get("model", "*")),
@@ -460,7 +493,7 @@ def _group_row(group: Mapping[str, Any]) -> GroupRow:
         ttft_p95=_stat(metrics.get("ttft"), "p95"),
         tpot_p50=_stat(metrics.get("tpot"), "p50"),
         e2e_p95=_stat(metrics.get("e2e"), "p95"),
-        cache=_cache_text(group.get("cache_read_ratio", {})),
+        cache=cache_text(group, thresholds),
     )
 
 
@@ -499,8 +532,9 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         per_test_budgets.append(rows)
         budget_rows.extend(rows)
     session = result.get("session", {})
+    run_thresholds = run_cache_thresholds(result)
     for budget in session.get("budgets", []):
-        budget_rows.append(_budget_row(budget, "(session)", None, ()))
+        budget_rows.append(_budget_row(budget, session_label(budget), None, ()))
 
     counts = verdict_counts(result)
     failing = tuple(b for b in budget_rows if b.status == "fail")
@@ -518,6 +552,13 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         verdict, verdict_text = "pass", f"All {total} latency budgets passed"
     else:
         verdict, verdict_text = "none", "No latency budgets in this run"
+    regressions = tuple(
+        str(e.get("message", "")) for e in (result.get("baseline") or {}).get("regressions", [])
+    )
+    if regressions:  # a regression fails the gate as a missed budget does
+        slower = f"{len(regressions)} latency regression(s) against the baseline"
+        quiet = verdict in ("pass", "none")
+        verdict, verdict_text = "fail", slower if quiet else f"{slower}; {verdict_text}"
 
     test_rows = tuple(
         TestRow(
@@ -532,7 +573,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             tpot_p50=_stat(_metric(test, "tpot"), "p50"),
             e2e_p95=_stat(_metric(test, "e2e"), "p95"),
             prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
-            cache=_cache_text(test.get("cache_read_ratio", {})),
+            cache=cache_text(test),
             verdict=_test_verdict(test),
             has_detail=i in detailed,
             flagged=sum(int(v) for v in (test.get("flags") or {}).values()),
@@ -553,9 +594,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         ),
         charts.histogram_chart("All calls: inter-chunk gaps", _buckets(session_metrics.get("itl"))),
     )
-    session_statements = tuple(
-        s for s in (_cache_statement(session.get("cache_read_ratio", {}), None),) if s is not None
-    )
+    session_statements = tuple(s for s in (_cache_statement(session, None),) if s is not None)
     groups = result.get("groups", {})
     combined = [g for g in groups.values() if "model" in g and "endpoint" in g]
     group_charts = tuple(
@@ -581,6 +620,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         verdict_text=verdict_text,
         counts=counts,
         failing=failing,
+        regressions=regressions,
         diagnosis=diag.by_kind(tests, linked, priority),
         run_findings=diag.rollup_findings(session, groups),
         errors=diag.run_errors(session, tests, linked),
@@ -596,7 +636,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         details_omitted=len(tests) - len(details),
         session_statements=session_statements,
         session_charts=session_charts,
-        groups=tuple(_group_row(g) for g in combined),
+        groups=tuple(_group_row(g, run_thresholds) for g in combined),
         group_charts=group_charts,
         environment=_environment(run),
     )

@@ -14,13 +14,24 @@ May import `testdata`, `pools`, `calls`, `verdicts`, `diagnose`, `budgets`, `his
 from __future__ import annotations
 
 from pytest_latency.results._blocks import PERCENTILES
-from pytest_latency.results._budgets import budget_status, test_status, verdict_counts
+from pytest_latency.results._budgets import (
+    budget_status,
+    session_label,
+    test_status,
+    verdict_counts,
+)
 from pytest_latency.results._build import ResultBuilder, build_result, test_blocks
 from pytest_latency.results._compare import (
+    MIN_VALUES,
     SIGNIFICANCE,
     Comparison,
     MetricChange,
+    baseline_block,
+    changes_of,
     compare_results,
+    describe,
+    describe_rollup,
+    p_text,
 )
 from pytest_latency.results._io import (
     WriteError,
@@ -33,6 +44,7 @@ from pytest_latency.results._merge import merge_results
 from pytest_latency.results._schema import SCHEMA, ResultError, ResultFile, TestEntry
 
 __all__ = [
+    "MIN_VALUES",
     "PERCENTILES",
     "SCHEMA",
     "SIGNIFICANCE",
@@ -43,12 +55,18 @@ __all__ = [
     "ResultFile",
     "TestEntry",
     "WriteError",
+    "baseline_block",
     "budget_status",
     "build_result",
+    "changes_of",
     "compare_results",
+    "describe",
+    "describe_rollup",
     "dumps",
     "load_result",
     "merge_results",
+    "p_text",
+    "session_label",
     "test_blocks",
     "test_status",
     "verdict_counts",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import stats
-from pytest_latency.catalogue import CALL_FLAGS, METRICS, POOLED_METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, CALL_FLAGS, METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, LatencyHistogram
 from pytest_latency.pools import CacheRatio
 from pytest_latency.results._schema import CacheRatioBlock, MetricBlock, OtelBlock
@@ -168,6 +168,35 @@ def flag_counts(finals: Sequence[CallMetrics]) -> dict[str, int]:
     """How many of `finals` carry each flag (most carry none: one pass finds the few that do)."""
     flagged = [values for values in map(_FLAGS_OF, finals) if any(values)]
     return {flag: sum(bool(v[i]) for v in flagged) for i, flag in enumerate(FLAGS)}
+
+
+def without_repeats(blocks: Mapping[str, MetricBlock]) -> dict[str, MetricBlock]:
+    """`blocks` without each `attempt_*` block whose numbers are its call metric's (no
+    successful call in scope came after an SDK retry): absent is "the same as the call metric",
+    never a copy that says nothing, and `merge` reads an absent one so (`attempt_blocks`)."""
+    out: dict[str, MetricBlock] = {}
+    for metric, block in blocks.items():
+        base = ATTEMPT_METRICS.get(metric)
+        if base is not None and base in blocks and _numbers(block) == _numbers(blocks[base]):
+            continue
+        out[metric] = block
+    return out
+
+
+def _numbers(block: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k not in ("unit", "otel")}
+
+
+def attempt_blocks(blocks: Mapping[str, Any], present: Iterable[str]) -> dict[str, Any]:
+    """One shard's blocks of a rollup to be added up, where another shard wrote the attempt
+    metrics in `present`: an attempt block this shard left out is its call metric's block (it
+    was left out because it was the same, `without_repeats`)."""
+    out = dict(blocks)
+    for metric in present:
+        base = ATTEMPT_METRICS[metric]
+        if metric not in out and base in out:
+            out[metric] = out[base]
+    return out
 
 
 def rollup_dict(

@@ -3,7 +3,8 @@
 Owns `budget_entry` (a `Judgement` with its parsed expectation's terms: metric, stat, op,
 threshold, the values rendered in the budget's own unit, the relative excess, whether the
 interval was decisive, and `status`, the judgement's own word for how to count it),
-`budget_status` (that word, read back from an entry, older files included) and `verdict_counts`.
+`budget_status` (that word, read back from an entry, older files included), `test_status` (a
+test row's one word, a baseline regression included) and `verdict_counts`.
 May import `verdicts` (the `Judgement` type) and `stats`; never pytest.
 """
 
@@ -40,6 +41,43 @@ def budget_entry(judgement: Judgement) -> BudgetEntry:
     if judgement.expectation is not None:
         entry.update(_budget_terms(judgement.expectation, judgement))
     return entry  # type: ignore[return-value]
+
+
+def session_budget_entry(
+    judgement: Judgement, policy: str, blocks: Mapping[str, Mapping[str, Any]]
+) -> BudgetEntry:
+    """A `[session]` budget's entry, with the `evidence` it was judged on and the inconclusive
+    `policy` applied, so `merge` can add several shards' evidence and judge the budget again.
+    A percentile over every call in the session (no filters, nothing excluded, no values
+    recorded by hand: the same count) shares the session block's histogram instead of
+    recording ~10⁶ values again (0.5 s at the bench's scale)."""
+    entry: dict[str, Any] = dict(budget_entry(judgement))
+    evidence = judgement.evidence
+    expectation = judgement.expectation
+    if evidence is None or expectation is None:
+        return entry  # type: ignore[return-value]
+    from pytest_latency.evidence import QUANTILE
+
+    block = blocks.get(expectation.metric)
+    if (
+        block is not None
+        and evidence.kind == QUANTILE
+        and not expectation.filters
+        and not evidence.excluded
+        and block.get("count") == evidence.n
+    ):
+        data = {"kind": QUANTILE, "n": evidence.n, "hdr": block["hdr"]}
+    else:
+        data = evidence.to_dict()
+    entry["evidence"] = {**data, "policy": policy}
+    return entry  # type: ignore[return-value]
+
+
+def session_label(budget: Mapping[str, Any]) -> str:
+    """Where a `[session]` budget's row says it comes from: "(session)", or, kept per shard
+    after a merge that could not judge it again, "(session, shard N)" (1-based)."""
+    shard = budget.get("shard")
+    return "(session)" if shard is None else f"(session, shard {int(shard) + 1})"
 
 
 def _budget_terms(expectation: Expectation, judgement: Judgement) -> dict[str, Any]:
@@ -91,10 +129,15 @@ def budget_status(budget: Mapping[str, Any]) -> str:
 
 
 def test_status(test: Mapping[str, Any]) -> str | None:
-    """A test entry's one word (`verdicts.worst_status` of its budgets); None without budgets."""
+    """A test entry's one word (`verdicts.worst_status` of its budgets, "regressed" when the
+    baseline comparison named it in `regressions`); None without either. The pytest outcome
+    stays as it was: the comparison runs after the last test."""
     from pytest_latency.verdicts import worst_status
 
-    return worst_status(budget_status(b) for b in test.get("budgets", []))
+    return worst_status(
+        (budget_status(b) for b in test.get("budgets", [])),
+        regressed=bool(test.get("regressions")),
+    )
 
 
 def verdict_counts(result: Mapping[str, Any]) -> dict[str, int]:

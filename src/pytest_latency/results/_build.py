@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import diagnose
-from pytest_latency.catalogue import POOLED_METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, record_values
+from pytest_latency.policies import DEFAULT_POLICY
 from pytest_latency.pools import cache_ratio, call_values
 from pytest_latency.results._blocks import (
     FLAGS,
@@ -31,8 +32,10 @@ from pytest_latency.results._blocks import (
     metrics_info,
     ratio_block,
     rollup_dict,
+    without_repeats,
 )
-from pytest_latency.results._budgets import budget_entry, verdict_counts
+from pytest_latency.results._budgets import budget_entry, session_budget_entry, verdict_counts
+from pytest_latency.results._compare import regressed_metrics
 from pytest_latency.results._schema import SCHEMA, MetricBlock, PhaseBlock, PrefillBlock
 
 if TYPE_CHECKING:
@@ -51,6 +54,9 @@ MAX_ERROR_DETAIL: Final = 200
 # The group keys of a call (`_group_keys`, keys only): calls with the same keys land in the same
 # rollups, so their values are counted once per key set and each rollup adds up its key sets.
 _Keys = tuple[str, ...]
+# ttft → attempt_ttft, ...: the attempt metric counted with its call metric's values when no
+# successful call of a batch came after a retry (they are the same values then).
+_ATTEMPT_OF: Final = {base: metric for metric, base in ATTEMPT_METRICS.items()}
 
 
 @dataclass(slots=True)
@@ -88,11 +94,20 @@ class _Part:
         self.flags.update(flag_counts(finals))
         self.tally.add_ratio(cache_ratio(ok))
         self.phases.add(ok)
-        # The values of the successful calls only (hand-recorded values carry no model).
+        # The values of the successful calls only (hand-recorded values carry no model). Unless
+        # one of them came after a retry, an attempt metric's values are its call metric's:
+        # counted with them, not read again.
+        waited = any(f.waited_us for f in ok)
         for metric in POOLED_METRICS:
+            if metric in ATTEMPT_METRICS and not waited:
+                continue
             values = call_values(ok, metric)
             if values:
-                record_values(values, (self.counts.setdefault(metric, BucketCounts()),))
+                into = [self.counts.setdefault(metric, BucketCounts())]
+                twin = _ATTEMPT_OF.get(metric)
+                if twin is not None and not waited:
+                    into.append(self.counts.setdefault(twin, BucketCounts()))
+                record_values(values, into)
 
     def add(self, other: _Part) -> None:
         """`other`'s counters, errors, flags and bucket counts added to these (the phase columns
@@ -145,6 +160,7 @@ def _rollup_dict(
         counts = total.counts.get(metric)
         if counts is not None and counts.count:
             metrics[metric] = HdrPool.of((counts,)).block(metric)
+    metrics = without_repeats(metrics)
     out = rollup_dict(
         group.fields, total.tally, total.errors, total.retried_errors, total.flags, metrics
     )
@@ -174,6 +190,9 @@ def test_blocks(test: TestData) -> dict[str, Any]:
     metrics: dict[str, MetricBlock] = {}
     for metric in POOLED_METRICS:
         data = pool.values(metric)  # the calls' values and the hand-recorded ones, sorted
+        base = ATTEMPT_METRICS.get(metric)
+        if base is not None and data == pool.values(base):
+            continue  # no retry made them differ: `without_repeats`' rule, before the block
         if data:
             counts = BucketCounts()
             record_values(data, (counts,))
@@ -295,23 +314,13 @@ def _timeline(calls: Sequence[Call]) -> dict[str, Any]:
         origin = group[0].attempts[0].t_start_ns
         rows = []
         for call in group[:MAX_TIMELINE_CALLS]:
-            first, final = call.attempts[0], call.final
-            final_offset = (final.t_start_ns - origin) / 1000
-            end = (
-                final_offset + final.e2e
-                if final.e2e is not None
-                else (final.t_end_ns - origin) / 1000
-            )
-            token = None if final.ttft is None else round(final_offset + final.ttft)
-            rows.append(
-                [
-                    round((first.t_start_ns - origin) / 1000),
-                    token,
-                    round(end),
-                    final.api,
-                    final.error,
-                ]
-            )
+            final = call.final
+            start = (call.attempts[0].t_start_ns - origin) / 1000
+            # The call's own ttft and e2e, from its first attempt: its row spans the back-off.
+            ttft, e2e = call.value("ttft"), call.value("e2e")
+            end = start + e2e if e2e is not None else (final.t_end_ns - origin) / 1000
+            token = None if ttft is None else round(start + ttft)
+            rows.append([round(start), token, round(end), final.api, final.error])
         samples.append({"sample": sample, "calls": rows})
     return {"samples": samples, "truncated": truncated}
 
@@ -319,7 +328,7 @@ def _timeline(calls: Sequence[Call]) -> dict[str, Any]:
 def _prefill(calls: Sequence[CallMetrics], fit: Mapping[str, Any]) -> PrefillBlock | None:
     """TTFT against uncached input tokens for the chart, with the line `diagnose` fitted (its
     slope is the prefill cost per uncached token, its intercept the fixed overhead), or its
-    reason for not fitting one."""
+    reason for not fitting one. The attempt's own ttft, as the fit's (no back-off in it)."""
     points = [
         (c.input_tokens - (c.cache_read_tokens or 0), c.ttft, bool(c.cache_read_tokens))
         for c in calls
@@ -407,9 +416,14 @@ class ResultBuilder:
         run: Mapping[str, Any],
         session_budgets: Sequence[Judgement] = (),
         partial: bool = False,
+        baseline: Mapping[str, Any] | None = None,
+        session_policy: str = DEFAULT_POLICY,
     ) -> dict[str, Any]:
         """The result file of what was added so far (docs/result-schema.md); the builder is
-        left as it was, so it can be asked again (`partial` after an interrupt)."""
+        left as it was, so it can be asked again (`partial` after an interrupt). `baseline` is
+        the comparison with a saved run (`baseline_block`): the file carries it, and each
+        regressed test's entry names its regressed metrics. `session_policy` is the inconclusive
+        policy the session budgets were judged under (their entries carry it)."""
         diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
         result: dict[str, Any] = {
             "schema": SCHEMA,
@@ -429,11 +443,19 @@ class ResultBuilder:
                 )
                 for key, group in sorted(self._groups.items())
             },
-            "session": {
-                **_rollup_dict(self._session, self._parts.values(), "session", diagnosed),
-                "budgets": [budget_entry(j) for j in session_budgets],
-            },
+            "session": _rollup_dict(self._session, self._parts.values(), "session", diagnosed),
         }
+        session = result["session"]
+        session["budgets"] = [
+            session_budget_entry(j, session_policy, session["metrics"]) for j in session_budgets
+        ]
+        if baseline is not None:
+            result["baseline"] = dict(baseline)
+            regressed = regressed_metrics(baseline)
+            result["tests"] = [
+                {**e, "regressions": regressed[e["nodeid"]]} if e["nodeid"] in regressed else e
+                for e in result["tests"]
+            ]
         result["summary"] = verdict_counts(result)
         return result
 
@@ -444,6 +466,7 @@ def build_result(
     run: Mapping[str, Any],
     session_budgets: Sequence[Judgement] = (),
     partial: bool = False,
+    session_policy: str = DEFAULT_POLICY,
 ) -> dict[str, Any]:
     """The result file of one run from the plugin's per-test records (docs/result-schema.md).
 
@@ -454,4 +477,6 @@ def build_result(
     builder = ResultBuilder()
     for test in tests:
         builder.add(test)
-    return builder.result(run=run, session_budgets=session_budgets, partial=partial)
+    return builder.result(
+        run=run, session_budgets=session_budgets, partial=partial, session_policy=session_policy
+    )

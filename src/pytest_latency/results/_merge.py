@@ -2,9 +2,10 @@
 
 Owns `merge_results`: tests concatenated in shard order (a node id in several shards kept each
 time, marked with its shard), group and session histograms added exactly (same bucket layout),
-counters summed, the run partial if any shard was, and each shard's session budgets and findings
-kept, marked with their shard (a file holds no calls to judge or diagnose them again). May import
-`catalogue` and its siblings; never pytest.
+counters summed, the run partial if any shard was, the `[session]` budgets judged again over
+every shard's evidence added up (`evidence`, `verdicts.judge_shards`), and each shard's findings
+kept, marked with their shard (a file holds no calls to diagnose them again). May import
+`catalogue`, `budgets`, `evidence`, `verdicts` and its siblings; never pytest.
 """
 
 from __future__ import annotations
@@ -13,9 +14,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_latency.catalogue import POOLED_METRICS
-from pytest_latency.results._blocks import HdrPool, Tally, metrics_info, rollup_dict
-from pytest_latency.results._budgets import verdict_counts
+from pytest_latency.catalogue import ATTEMPT_METRICS, POOLED_METRICS
+from pytest_latency.results._blocks import (
+    HdrPool,
+    Tally,
+    attempt_blocks,
+    metrics_info,
+    rollup_dict,
+    without_repeats,
+)
+from pytest_latency.results._budgets import session_budget_entry, verdict_counts
 from pytest_latency.results._schema import SCHEMA, ResultError
 from pytest_latency.results._validate import check_tag
 
@@ -27,8 +35,7 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     made them. Tests are concatenated in shard order; a node id found in more than one shard is
     kept every time, each copy marked with its 0-based `shard`. Group and session histograms are
     added exactly (same bucket layout), counters summed; the run is partial if any shard was.
-    Session budgets cannot be re-judged from histograms: each shard's are kept, marked with
-    `shard`.
+    Session budgets are judged again over the shards' evidence added up (`_session_budgets`).
     """
     if not results:
         raise ResultError("nothing to merge: no result files given")
@@ -50,11 +57,9 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         fields = {f: parts[0][1][f] for f in ("model", "endpoint") if f in parts[0][1]}
         groups[key] = _merge_aggregates(parts, fields)
     session = _merge_aggregates([(i, r["session"]) for i, r in enumerate(results)], {})
-    session["budgets"] = [
-        {**b, "shard": i} if len(results) > 1 else dict(b)
-        for i, r in enumerate(results)
-        for b in r["session"].get("budgets", [])
-    ]
+    session["budgets"] = _session_budgets(
+        [r["session"].get("budgets", []) for r in results], session["metrics"]
+    )
     merged: dict[str, Any] = {
         "schema": SCHEMA,
         "run": _merge_runs([r["run"] for r in results]),
@@ -63,8 +68,80 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "groups": groups,
         "session": session,
     }
+    baseline = _merge_baselines([r.get("baseline") for r in results])
+    if baseline is not None:
+        merged["baseline"] = baseline
     merged["summary"] = verdict_counts(merged)
     return merged
+
+
+def _session_budgets(
+    shards: Sequence[Sequence[Mapping[str, Any]]], metrics: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The run's `[session]` budgets: each one every shard judged, with its evidence, judged
+    again over all the shards' evidence added up (`shards`: how many); any other (a file from
+    before evidence, a budget some shard lacks, the flagged-calls judgement) kept once per
+    shard, marked with its `shard`."""
+    if len(shards) == 1:
+        return [dict(b) for b in shards[0]]
+    out: list[dict[str, Any]] = []
+    for expr in dict.fromkeys(b["expr"] for budgets in shards for b in budgets):
+        found = [[b for b in budgets if b["expr"] == expr] for budgets in shards]
+        entry = _rejudged(expr, found, metrics)
+        if entry is not None:
+            out.append(entry)
+            continue
+        out.extend({**b, "shard": i} for i, entries in enumerate(found) for b in entries)
+    return out
+
+
+def _rejudged(
+    expr: str,
+    found: Sequence[Sequence[Mapping[str, Any]]],
+    metrics: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any] | None:
+    """One budget over every shard's evidence, or None when that cannot be done exactly."""
+    from pytest_latency.budgets import BudgetError, parse_expectation
+    from pytest_latency.evidence import Evidence
+    from pytest_latency.verdicts import judge_shards
+
+    if any(len(entries) != 1 or "evidence" not in entries[0] for entries in found):
+        return None
+    evidence = [entries[0]["evidence"] for entries in found]
+    policies = {e.get("policy") for e in evidence}
+    if len(policies) != 1:
+        return None  # shards run under different policies: no one verdict is theirs
+    policy = str(policies.pop())
+    try:
+        expectation = parse_expectation(expr, source="result file")
+        parts = [Evidence.from_dict(e) for e in evidence]
+        judgement = judge_shards(expectation, parts, policy=policy)
+    except (BudgetError, KeyError, ValueError):
+        return None
+    entry = dict(session_budget_entry(judgement, policy, metrics))
+    entry["shards"] = len(found)
+    return entry
+
+
+def _merge_baselines(blocks: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """Each shard's regressions and improvements against its baseline, kept and marked with
+    their shard, like session budgets: Holm's adjustment ran over each shard's comparisons, so
+    `pytest-latency compare` on the merged file is the run-wide comparison."""
+    present = [(i, b) for i, b in enumerate(blocks) if b is not None]
+    if not present:
+        return None
+    mark = len(blocks) > 1
+    first = present[0][1]
+    return {
+        **{k: first[k] for k in ("path", "tolerance", "significance", "correction") if k in first},
+        "compared": sum(int(b.get("compared", 0)) for _, b in present),
+        **{
+            key: [
+                {**e, "shard": i} if mark else dict(e) for i, b in present for e in b.get(key, [])
+            ]
+            for key in ("regressions", "improvements")
+        },
+    }
 
 
 def _merge_aggregates(
@@ -77,6 +154,9 @@ def _merge_aggregates(
     retried: Counter[str] = Counter()
     flags: Counter[str] = Counter()
     pools: dict[str, HdrPool] = {}
+    # The attempt metrics some shard wrote: a shard that left one out had it equal its call
+    # metric's block, and adds that.
+    attempts = {m for part in parts for m in part["metrics"] if m in ATTEMPT_METRICS}
     for part in parts:
         tally.tests += int(part["tests"])
         tally.call_count += int(part["call_count"])
@@ -89,14 +169,14 @@ def _merge_aggregates(
         errors.update(part.get("errors", {}))
         retried.update(part.get("retried_errors", {}))
         flags.update(part.get("flags", {}))
-        for metric, block in part["metrics"].items():
+        for metric, block in attempt_blocks(part["metrics"], attempts).items():
             pool = HdrPool.from_block(block)
             if metric in pools:
                 pools[metric].add(pool)
             else:
                 pools[metric] = pool
     order: list[str] = [m for m in POOLED_METRICS if m in pools]
-    metrics = {m: pools[m].block(m) for m in order}
+    metrics = without_repeats({m: pools[m].block(m) for m in order})
     out = rollup_dict(fields, tally, errors, retried, flags, metrics)
     # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
     # own findings, marked with its `shard` (0-based index among the merged files), and none

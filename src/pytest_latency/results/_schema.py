@@ -85,6 +85,8 @@ class BudgetEntry(TypedDict):
     excess: NotRequired[float | None]
     confident: NotRequired[bool]
     shard: NotRequired[int]
+    shards: NotRequired[int]  # a session budget judged again over this many merged shards
+    evidence: NotRequired[dict[str, Any]]  # session budgets: `evidence.Evidence.to_dict`
 
 
 class PhaseBlock(TypedDict):
@@ -129,6 +131,7 @@ class TestEntry(TypedDict):
     findings: list[FindingEntry]
     what_ifs: dict[str, Any]
     shard: NotRequired[int]
+    regressions: NotRequired[list[str]]  # metrics the baseline comparison found slower
 
 
 class Rollup(TypedDict):
@@ -161,6 +164,41 @@ class RunBlock(TypedDict):
     shards: int
 
 
+class ChangeEntry(TypedDict):
+    """One regression or improvement (`results._compare.MetricChange` and its `message`)."""
+
+    nodeid: str
+    metric: str
+    base_p50: float | None
+    head_p50: float | None
+    base_p95: float | None
+    head_p95: float | None
+    change_p50: float | None
+    change_p95: float | None
+    p_value: float | None
+    regression: bool
+    improvement: bool
+    scope: NotRequired[str]
+    n_base: NotRequired[int]
+    n_head: NotRequired[int]
+    p_adjusted: NotRequired[float | None]
+    message: NotRequired[str]
+    shard: NotRequired[int]
+
+
+class BaselineBlock(TypedDict):
+    path: str | None
+    tolerance: float
+    significance: float
+    correction: str
+    min_values: int
+    compared: int
+    only_base: NotRequired[int]
+    only_head: NotRequired[int]
+    regressions: list[ChangeEntry]
+    improvements: list[ChangeEntry]
+
+
 class ResultFile(TypedDict):
     schema: str
     run: RunBlock
@@ -169,12 +207,15 @@ class ResultFile(TypedDict):
     groups: dict[str, Rollup]
     session: SessionBlock
     summary: dict[str, int]
+    baseline: NotRequired[BaselineBlock]
 
 
 __all__ = [
     "SCHEMA",
+    "BaselineBlock",
     "BudgetEntry",
     "CacheRatioBlock",
+    "ChangeEntry",
     "FindingEntry",
     "MetricBlock",
     "PhaseBlock",

@@ -233,6 +233,35 @@ _STEPS: Final = _obj({k: _NUM for k in ("n", "min", "p50", "p95", "max", "mean")
 _FINDING: Final = _obj(
     {"kind": _str, "message": _str, "evidence": _evidence, "scope": _str, "shard": _count}
 )
+_EVIDENCE_FIELDS: Final[dict[str, _Check]] = {
+    "kind": _one_of("quantile", "mean", "extreme", "proportion", "sum", "ratio", "nothing"),
+    "n": _count,
+    "hdr": _hdr,
+    "total": _NUM,
+    "squares": _NUM,
+    "hits": _count,
+    "excluded": _count,
+    "policy": _str,
+}
+_EVIDENCE_OBJ: Final = _obj(_EVIDENCE_FIELDS, required=("kind", "n"))
+
+
+def _evidence_block(value: Any, path: _Path) -> None:
+    """A session budget's `evidence`: the fields its kind adds up (`evidence.Evidence`)."""
+    _EVIDENCE_OBJ(value, path)
+    needs = {
+        "quantile": ("hdr",),
+        "mean": ("total", "squares"),
+        "extreme": ("total",),
+        "sum": ("total",),
+        "proportion": ("hits",),
+        "ratio": ("hits", "total"),
+    }.get(value["kind"], ())
+    for key in needs:
+        if key not in value:
+            raise _Bad((path, key), f"missing (a {value['kind']} evidence needs it)")
+
+
 _BUDGET: Final = _obj(
     {
         "expr": _str,
@@ -253,6 +282,8 @@ _BUDGET: Final = _obj(
         "excess": _OPT_NUM,
         "confident": _bool,
         "shard": _count,
+        "shards": _count,
+        "evidence": _evidence_block,
     },
     required=("expr",),
 )
@@ -389,8 +420,34 @@ _TEST: Final = _obj(
         "findings": _list(_FINDING),
         "what_ifs": _obj({"e2e": _WHAT_IF, "ttft": _WHAT_IF, "calls_per_sample": _STEPS}),
         "shard": _count,
+        "regressions": _list(_str),
     },
     required=("nodeid", "metrics"),
+)
+# `baseline.regressions[]` and `improvements[]`: what `_compare.changes_of` reads back.
+_CHANGE_FIGURES: Final = (
+    "base_p50",
+    "head_p50",
+    "base_p95",
+    "head_p95",
+    "change_p50",
+    "change_p95",
+    "p_value",
+)
+_CHANGE: Final = _obj(
+    {
+        "nodeid": _str,
+        "metric": _str,
+        **{k: _OPT_NUM for k in (*_CHANGE_FIGURES, "p_adjusted")},
+        "regression": _bool,
+        "improvement": _bool,
+        "scope": _one_of("test", "group", "session"),
+        "n_base": _count,
+        "n_head": _count,
+        "message": _str,
+        "shard": _count,
+    },
+    required=("nodeid", "metric", *_CHANGE_FIGURES, "regression", "improvement"),
 )
 # Merge indexes every counter of a rollup.
 _ROLLUP_FIELDS: Final[dict[str, _Check]] = {
@@ -437,6 +494,20 @@ _FILE: Final = _obj(
         "groups": _map(_obj(_ROLLUP_FIELDS, required=_ROLLUP_REQUIRED)),
         "session": _obj({**_ROLLUP_FIELDS, "budgets": _list(_BUDGET)}, required=_ROLLUP_REQUIRED),
         "summary": _COUNTS,
+        "baseline": _obj(
+            {
+                "path": _OPT_STR,
+                "tolerance": _NUM,
+                "significance": _NUM,
+                "correction": _str,
+                "min_values": _count,
+                "compared": _count,
+                "only_base": _count,
+                "only_head": _count,
+                "regressions": _list(_CHANGE),
+                "improvements": _list(_CHANGE),
+            }
+        ),
     }
 )
 
