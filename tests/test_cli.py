@@ -301,7 +301,7 @@ def _limit_file_size(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
-def test_a_write_failure_names_the_file_keeps_the_old_one_and_exits_2(
+def test_a_write_failure_names_the_file_keeps_the_old_one_and_exits_3(
     shards: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """`ulimit -f 20`: the report is larger than 20 KB."""
@@ -317,7 +317,7 @@ def test_a_write_failure_names_the_file_keeps_the_old_one_and_exits_2(
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2
+    assert done.returncode == 3
     assert done.stderr == f"pytest-latency: error: {html}: cannot write: File too large\n"
     assert html.read_text() == "the old report"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -328,11 +328,52 @@ def test_a_full_disk_is_one_line_naming_the_output(
 ) -> None:
     full = tmp_path / "all.json"
     full.symlink_to("/dev/full")  # every write: ENOSPC
-    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(full)]) == 2
+    passing = tmp_path / "passing.json"
+    write_result(passing, build([make_test("t.py::t", seed=1)]))
+    assert main(["merge", str(passing), "-o", str(full)]) == 3
     assert capsys.readouterr().err == (
         f"pytest-latency: error: {full}: cannot write: No space left on device\n"
     )
+    # A merged run whose budgets failed keeps its own status, and still says why it has no file.
+    assert main(["merge", str(shards[0]), str(shards[1]), "-o", str(full)]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"pytest-latency: error: {full}: cannot write: No space left on device"
+    )
     diff = tmp_path / "diff.md"
     diff.symlink_to("/dev/full")
-    assert main(["compare", str(shards[0]), str(shards[1]), "-o", str(diff)]) == 2
+    assert main(["compare", str(shards[0]), str(shards[1]), "-o", str(diff)]) == 3
+    assert f"{diff}: cannot write: No space left on device" in capsys.readouterr().err
+
+
+def test_report_attempts_every_output_and_names_each_that_failed(
+    shards: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full disk under the HTML report costs not the Markdown summary; the status is the
+    plugin's for an output that could not be written, not the one for bad input."""
+    full_html, md = tmp_path / "r.html", tmp_path / "r.md"
+    full_html.symlink_to("/dev/full")
+    assert main(["report", str(shards[0]), "-o", str(full_html), "--markdown", str(md)]) == 3
+    assert capsys.readouterr().err == (
+        f"pytest-latency: error: {full_html}: cannot write: No space left on device\n"
+    )
+    assert "latency budgets failed" in md.read_text()
+    full_md = tmp_path / "full.md"
+    full_md.symlink_to("/dev/full")
+    missing = tmp_path / "gone" / "r.html"
+    assert main(["report", str(shards[0]), "-o", str(missing), "--markdown", str(full_md)]) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        f"pytest-latency: error: {missing}: cannot write: No such file or directory",
+        f"pytest-latency: error: {full_md}: cannot write: No space left on device",
+    ]
+
+
+def test_compare_keeps_its_regression_status_when_the_diff_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, head = tmp_path / "base.json", tmp_path / "head.json"
+    write_result(base, build([make_test("t.py::t", seed=1, samples=40)]))
+    write_result(head, build([make_test("t.py::t", seed=2, samples=40, ttft_ms=900)]))
+    diff = tmp_path / "diff.md"
+    diff.symlink_to("/dev/full")
+    assert main(["compare", str(base), str(head), "-o", str(diff)]) == 1
     assert f"{diff}: cannot write: No space left on device" in capsys.readouterr().err

@@ -1,22 +1,29 @@
 """What one call keeps (docs/metrics.md, "What a call keeps"): capture's keep limit, the decoded
-limit and the event limit, each in isolation with small limits; tests/test_hostile.py drives the
-real defaults through a hostile server."""
+limit and the event limit, each in isolation with small limits, and a capped call's flag from
+its metrics to the result file, the Markdown and `--latency-flagged`; tests/test_hostile.py
+drives the real defaults through a hostile server."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
 import itertools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+import anthropic  # noqa: F401  (kept loaded across pytester's in-process runs: see test_plugin_sim)
+import openai  # noqa: F401
 import pytest
 from test_metrics import CHAT_URL, MS, T0, chat_chunk, chat_text_stream, make_record
 
+import pytest_latency.sim  # noqa: F401
 from pytest_latency.capture import _stream
 from pytest_latency.metrics import CallMetrics, _scan, call_metrics
 from pytest_latency.metrics._body import decode_reads
 from pytest_latency.wire import READ_COST, WireRecord
+
+pytest_plugins = ["pytester"]
 
 
 def _record(limit: int) -> WireRecord:
@@ -139,3 +146,50 @@ def test_the_event_walk_stops_at_the_event_limit(monkeypatch: pytest.MonkeyPatch
     assert m.capped and m.content_events == 12 and m.error is None
     assert m.e2e == (T0 + 102 * MS - T0) / 1000
     assert any(n.startswith("capped: walked the first 10 events") for n in m.notes)
+
+
+CAPPED_SUITE = """
+import pytest
+from pytest_latency.metrics import _scan
+
+PROMPT = [{"role": "user", "content": "a question"}]
+
+@pytest.fixture
+def small_event_limit(monkeypatch):
+    monkeypatch.setattr(_scan, "EVENT_LIMIT", 4)  # the simulator's answer is ~20 events
+
+def ask(client):
+    for _ in client.chat.completions.create(model="m", messages=PROMPT, stream=True):
+        pass
+
+@pytest.mark.latency("ttft.p95 < 5s", samples=2)
+def test_capped(openai_client, small_event_limit):
+    ask(openai_client)
+
+def test_whole(openai_client):
+    ask(openai_client)
+"""
+
+
+def test_a_capped_call_is_counted_shown_and_selectable_by_the_flagged_policy(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_inner=CAPPED_SUITE)
+    outputs = ("--latency-sim=instant", "--latency-json=r.json", "--latency-markdown=r.md")
+    pytester.runpytest(*outputs).assert_outcomes(passed=2)
+    data = json.loads((pytester.path / "r.json").read_text())
+    flags = {t["nodeid"].split("::")[1]: t["flags"]["capped"] for t in data["tests"]}
+    assert flags == {"test_capped": 2, "test_whole": 0}
+    assert data["session"]["flags"]["capped"] == 2
+    markdown = (pytester.path / "r.md").read_text()
+    assert "- 2 calls capped \\(past a per-call keep limit: its metrics cover only" in markdown
+
+    fail = pytester.runpytest("--latency-sim=instant", "--latency-flagged=fail")
+    fail.assert_outcomes(passed=1, failed=1)
+    fail.stdout.fnmatch_lines(["*2 of 2 calls flagged: 2 capped (past a per-call keep limit*"])
+
+    excluded = pytester.runpytest(*outputs, "--latency-flagged=exclude")
+    judged = json.loads((pytester.path / "r.json").read_text())["tests"]
+    budget = next(t for t in judged if t["nodeid"].endswith("test_capped"))["budgets"][0]
+    assert budget["n"] == 0, (budget, excluded.stdout.str())  # its calls left out of the pool

@@ -105,7 +105,8 @@ def _record(url: str, reads: list[bytes], status: int, content_type: str) -> Wir
     )
 
 
-def _check(metrics: CallMetrics) -> None:
+def check_call(metrics: CallMetrics) -> None:
+    """What a call's metrics hold to whatever the server sent (test_capture_fuzz reads it too)."""
     for name in ("error", "error_detail", "model"):
         value = getattr(metrics, name)
         assert value is None or not CONTROL.search(value), (name, value)
@@ -131,7 +132,7 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 )
 def test_random_json_events_never_break_a_call(url: str, payloads: list[Any], status: int) -> None:
     reads = [_event(p) for p in payloads] + [b"data: [DONE]\n\n"]
-    _check(call_metrics(_record(url, reads, status, "text/event-stream")))
+    check_call(call_metrics(_record(url, reads, status, "text/event-stream")))
 
 
 @FUZZ
@@ -141,7 +142,7 @@ def test_random_json_events_never_break_a_call(url: str, payloads: list[Any], st
     content_type=st.sampled_from(["text/event-stream", "application/json", "", "text/plain"]),
 )
 def test_random_bytes_never_break_a_call(url: str, reads: list[bytes], content_type: str) -> None:
-    _check(call_metrics(_record(url, reads, 200, content_type)))
+    check_call(call_metrics(_record(url, reads, 200, content_type)))
 
 
 @FUZZ
@@ -151,7 +152,7 @@ def test_random_json_bodies_never_break_a_call(body: Any, url: str) -> None:
         data = json.dumps(body).encode()
     except ValueError:
         data = b"{}"
-    _check(call_metrics(_record(url, [data], 200, "application/json")))
+    check_call(call_metrics(_record(url, [data], 200, "application/json")))
 
 
 def test_parsing_time_grows_linearly_with_events() -> None:

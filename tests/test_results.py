@@ -135,7 +135,13 @@ def test_errors_retries_flags_and_cache_fields(result: dict[str, Any]) -> None:
     ratio = chat["cache_read_ratio"]
     assert ratio["cache_fields"] == "reported"
     assert ratio["value"] == pytest.approx(ratio["read_tokens"] / ratio["input_tokens"])
-    assert set(chat["flags"]) == {"consumer_bound", "client_saturated", "incomplete", "opaque"}
+    assert set(chat["flags"]) == {
+        "consumer_bound",
+        "client_saturated",
+        "incomplete",
+        "opaque",
+        "capped",
+    }
 
 
 def test_retried_attempts_count_as_one_call() -> None:
@@ -492,6 +498,7 @@ def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[s
         "client_saturated": 0,
         "incomplete": 0,
         "opaque": 0,
+        "capped": 0,
     }
     assert diag_result["groups"]["model=claude-sonnet-4-5"]["retried_errors"] == {"http_429": 3}
 

@@ -414,3 +414,13 @@ asyncio.run(main())
     assert late > 50_000_000 and own > 0.8 * late, results
     late, own = results["starved"]  # how late depends on the scheduler's slices: tens of ms
     assert late > 20_000_000 and own < 0.5 * late, results
+
+
+def test_the_flagged_help_names_every_flag_the_policy_acts_on() -> None:
+    # The help text cannot read the catalogue (pytest loads the settings module in every
+    # session, the catalogue only with the first call): it is held to it here.
+    from pytest_latency.catalogue import DISTORTING_FLAGS, FLAGS
+    from pytest_latency.plugin._settings import FLAGGED_DESC
+
+    named = {name for name in FLAGS if name in FLAGGED_DESC}
+    assert named == set(DISTORTING_FLAGS) == {"consumer_bound", "client_saturated", "capped"}

@@ -133,3 +133,48 @@ def test_a_file_size_limit_keeps_the_old_file_and_leaves_no_temporary_file(
     assert done.returncode == 7, done.stderr
     assert done.stdout == f"{target}: cannot write: File too large\n"
     assert target.read_text() == "the old report" and _leftovers(tmp_path) == []
+
+
+def test_the_data_is_synced_before_the_rename_and_the_directory_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine that crashes after the run exited must not find an empty file under the name:
+    the new file's data reach the disk before the rename points the name at it, and the rename
+    itself is made durable by syncing the directory."""
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        what = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") else str(fd)
+        events.append(("fsync", what))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str | os.PathLike[str]) -> None:
+        events.append(("replace", os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    write_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert [kind for kind, _ in events] == ["fsync", "replace", "fsync"], events
+    if os.path.exists("/proc/self/fd"):
+        assert events[0][1].endswith(".tmp") and Path(events[0][1]).parent == tmp_path
+        assert events[2][1] == str(tmp_path)
+
+
+def test_a_failed_sync_is_a_write_error_and_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "r.json"
+    target.write_text("old")
+
+    def fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(WriteError, match=r"r\.json: cannot write: Input/output error"):
+        write_atomic(target, "new")
+    assert target.read_text() == "old" and _leftovers(tmp_path) == []

@@ -4,8 +4,10 @@ Owns the names (they are public API, see docs/metrics.md), each metric's scope (
 chunk, per sample, or an aggregate over calls), its dimension (time, tokens, ratio, count), the
 unit its values are written in, and where it lands in the OpenTelemetry GenAI conventions. Every
 list of metrics elsewhere (the budget grammar, the pools, the result file's blocks, the compare
-command) is derived from it, so a new metric is one line here plus its computation. It is a leaf:
-stdlib only, imports nothing from the package.
+command) is derived from it, so a new metric is one line here plus its computation. Likewise the
+per-call flags (`FLAG_SPECS`): their names (a `CallMetrics` field each, and a count in the
+result file's `flags`), how the outputs word them, and which of them `--latency-flagged` acts
+on. It is a leaf: stdlib only, imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -190,3 +192,47 @@ BLOCK_METRICS = POOLED_METRICS + SAMPLE_TIME_METRICS
 # The timing metrics `compare` and the baseline gate hold two runs to.
 COMPARED_METRICS = ("ttft", "tpot", "itl", "e2e", "turn")
 OTEL = {s.name: s.otel for s in _SPECS if s.otel is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSpec:
+    """A per-call flag: a boolean `CallMetrics` field named `name`. `distorting` flags are those
+    whose timings do not measure the server's whole response: `--latency-flagged` keeps, excludes
+    or fails on them (docs/budgets.md, "Flagged calls")."""
+
+    name: str
+    label: str  # how the outputs name it
+    why: str  # what it means for the call's numbers, one clause
+    distorting: bool
+
+    @property
+    def text(self) -> str:
+        return f"{self.label} ({self.why})"
+
+
+# In the order the result file's `flags` lists them (new flags last: older files lack them).
+FLAG_SPECS = (
+    FlagSpec(
+        "consumer_bound",
+        "consumer-bound",
+        "the test read the stream slower than it arrived",
+        distorting=True,
+    ),
+    FlagSpec(
+        "client_saturated",
+        "client-saturated",
+        "the event loop lagged while the call was in flight",
+        distorting=True,
+    ),
+    FlagSpec("incomplete", "incomplete", "body not read to the end", distorting=False),
+    FlagSpec("opaque", "opaque", "undecodable body: no token timings", distorting=False),
+    FlagSpec(
+        "capped",
+        "capped",
+        "past a per-call keep limit: its metrics cover only the part kept",
+        distorting=True,
+    ),
+)
+FLAGS = {spec.name: spec for spec in FLAG_SPECS}
+CALL_FLAGS = tuple(FLAGS)
+DISTORTING_FLAGS = tuple(s.name for s in FLAG_SPECS if s.distorting)

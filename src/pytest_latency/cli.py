@@ -5,7 +5,10 @@ LLM endpoint), `report` (HTML and Markdown from a result file), `merge` (CI shar
 result file) and `compare` (a Markdown diff of two runs that fails on a significant
 regression). Each subcommand is a thin layer over a library module; heavy modules are imported
 by the command that needs them. A bad input file is one line on stderr and exit status 2, never
-a traceback. May import `sim`, `results` and `report`; never pytest, never `plugin`.
+a traceback. Every output asked for is attempted, each on its own; each that could not be
+written is one line naming its path, and a command that would have exited 0 exits 3, as the
+plugin does (a comparison that found a regression, or a merge whose budgets failed, keeps its
+1). May import `sim`, `results` and `report`; never pytest, never `plugin`.
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_latency import __version__
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_BUDGET_FAILED = 1  # merge: a budget of the merged run failed, as pytest exits 1
-EXIT_BAD_INPUT = 2  # also: an output that could not be written
+EXIT_BAD_INPUT = 2  # and usage errors (argparse's own status)
+EXIT_WRITE_FAILED = 3  # an output that could not be written: the plugin's status for it too
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Merge result files (exact histogram merge); tests are concatenated and the "
             "[session] budgets judged again over every shard. Exits 1 when a budget of the "
-            "merged run failed."
+            "merged run failed, 2 on bad input, 3 when the output could not be written."
         ),
     )
     merge.add_argument("results", metavar="RESULT.json", nargs="+")
@@ -63,10 +67,11 @@ def _parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two runs; exit 1 on a significant regression",
         description=(
-            "Compare HEAD against BASE per test and metric (ttft, tpot, itl, e2e, turn). A regression "
-            "is a p50 or p95 slower by more than the tolerance and significant by a one-sided "
-            "Mann-Whitney U test (p < 0.05). Exit status: 0 none, 1 regression, 2 bad input "
-            "or an output that could not be written."
+            "Compare HEAD against BASE per test, group and session, metric by metric (ttft, "
+            "tpot, itl, e2e, turn). A regression is a p50 or p95 slower by more than the "
+            "tolerance and significant by a one-sided Mann-Whitney U test (p < 0.05 after Holm's "
+            "adjustment over every comparison). Exit status: 0 none, 1 regression, 2 bad input, "
+            "3 the output could not be written."
         ),
     )
     compare.add_argument("base", metavar="BASE.json")
@@ -95,10 +100,19 @@ def _fail(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _write(path: str, text: str) -> None:
-    from pytest_latency.results import write_atomic
+def _write_all(outputs: Sequence[tuple[str, Callable[[], str]]], status: int = EXIT_OK) -> int:
+    """Render and write each output on its own, one that cannot be written costing no other;
+    `status`, or EXIT_WRITE_FAILED if it was OK and a write failed (each failure one line)."""
+    from pytest_latency.results import WriteError, write_atomic
 
-    write_atomic(path, text)
+    failed = False
+    for path, render in outputs:
+        try:
+            write_atomic(path, render())
+        except WriteError as exc:
+            print(f"pytest-latency: error: {exc}", file=sys.stderr)
+            failed = True
+    return EXIT_WRITE_FAILED if failed and status == EXIT_OK else status
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -108,19 +122,22 @@ def _report(args: argparse.Namespace) -> int:
     result = load_result(args.result)
     if not args.output and not args.markdown:
         return _fail("report: give -o REPORT.html and/or --markdown OUT.md")
+    outputs: list[tuple[str, Callable[[], str]]] = []
     if args.output:
-        _write(args.output, render_html(result))
+        outputs.append((args.output, lambda: render_html(result)))
     if args.markdown:
-        _write(args.markdown, render_markdown(result))
-    return EXIT_OK
+        outputs.append((args.markdown, lambda: render_markdown(result)))
+    return _write_all(outputs)
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from pytest_latency.results import load_result, merge_results, verdict_counts, write_result
+    from pytest_latency.results import dumps, load_result, merge_results, verdict_counts
 
     merged = merge_results([load_result(p) for p in args.results])
-    write_result(args.output, merged)
     missed = verdict_counts(merged)["fail"]
+    status = _write_all(
+        [(args.output, lambda: dumps(merged))], EXIT_BUDGET_FAILED if missed else EXIT_OK
+    )
     if missed:
         # The merged file is the run's verdict: a budget missed in a shard, or a [session]
         # budget missed over all of them once judged again, fails it as pytest would have.
@@ -128,8 +145,7 @@ def _merge(args: argparse.Namespace) -> int:
             f"pytest-latency: {missed} latency budget(s) failed in the merged run ({args.output})",
             file=sys.stderr,
         )
-        return EXIT_BUDGET_FAILED
-    return EXIT_OK
+    return status
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -139,11 +155,11 @@ def _compare(args: argparse.Namespace) -> int:
     base, head = load_result(args.base), load_result(args.head)
     comparison = compare_results(base, head, tolerance=args.tolerance)
     text = render_comparison(comparison, base=args.base, head=args.head)
-    if args.output:
-        _write(args.output, text)
-    else:
+    status = EXIT_REGRESSION if comparison.regressions else EXIT_OK
+    if not args.output:
         sys.stdout.write(text)
-    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+        return status
+    return _write_all([(args.output, lambda: text)], status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,12 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             return _fail(f"sim: cannot listen on {args.host}:{args.port}: {reason}")
         return EXIT_OK
-    from pytest_latency.results import ResultError, WriteError
+    from pytest_latency.results import ResultError
 
     handlers = {"report": _report, "merge": _merge, "compare": _compare}
     try:
         return handlers[args.command](args)
-    except (ResultError, WriteError) as exc:  # each names its file
+    except ResultError as exc:  # names its file
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))

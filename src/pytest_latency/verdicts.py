@@ -6,13 +6,14 @@ recorded by hand, `itl` over every gap, `calls`, `turn` one value per sample, th
 `cache_read_ratio`, `error_rate` and `retries` over calls, `good(...)` as the share of calls
 meeting every condition), `judge_evidence` (the same verdict from several shards' evidence
 added up), the `Judgement` it returns (holding its parsed `Expectation`, so nothing downstream
-parses a budget string again, and its evidence), the inconclusive policy and
-the flagged-calls policy (keep, exclude or fail on calls whose timing the client distorted:
-consumer-bound or client-saturated), the per-look confidence of sequential sampling, and how
-many values a percentile budget needs before it can pass with confidence (`values_needed`,
-`samples_needed`: read by the diagnosis and the plugin's collection warning). The
-values come from `pools.Pool`, built once per test. May import `evidence`, `budgets`, `stats`,
-`pools`, `calls`, `metrics`, `catalogue`, `policies`; never pytest.
+parses a budget string again, and its evidence), the inconclusive policy and the flagged-calls
+policy (keep, exclude or fail on calls whose timings do not measure the server:
+`catalogue.DISTORTING_FLAGS`, consumer-bound, client-saturated or capped), the per-look
+confidence of sequential sampling, and how many values a percentile budget needs before it can
+pass with confidence (`values_needed`, `samples_needed`: read by the diagnosis and the plugin's
+collection warning). The values come from `pools.Pool`, built once per test. May import
+`evidence`, `budgets`, `stats`, `pools`, `calls`, `metrics`, `catalogue`, `policies`; never
+pytest.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Literal
 
 from pytest_latency import stats
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
-from pytest_latency.catalogue import METRICS, Scope
+from pytest_latency.catalogue import DISTORTING_FLAGS, FLAGS, METRICS, Scope
 from pytest_latency.evidence import (
     EXTREME,
     MEAN,
@@ -219,20 +220,18 @@ def flagged_failure(calls: Sequence[CallMetrics]) -> Judgement | None:
         return None
     counts = Counter(name for c in flagged for name in c.flagged)
     reasons = []
-    if counts["consumer_bound"]:
-        reasons.append(
-            f"{counts['consumer_bound']} consumer_bound (the test body read the stream slower "
-            "than it arrived)"
-        )
-    if counts["client_saturated"]:
-        worst = max(c.loop_lag_max_ms or 0.0 for c in flagged)
-        reasons.append(
-            f"{counts['client_saturated']} client_saturated (event-loop lag up to {worst:.0f} ms, "
-            f"over {SATURATED_LAG_MS:g} ms, while in flight)"
-        )
+    for name in DISTORTING_FLAGS:
+        if not counts[name]:
+            continue
+        why = FLAGS[name].why
+        if name == "client_saturated":  # with how bad it got
+            worst = max(c.loop_lag_max_ms or 0.0 for c in flagged)
+            why = f"event-loop lag up to {worst:.0f} ms, over {SATURATED_LAG_MS:g} ms, "
+            why += "while in flight"
+        reasons.append(f"{counts[name]} {name} ({why})")
     message = (
         f"{len(flagged)} of {len(calls)} calls flagged: {'; '.join(reasons)}; their timings "
-        "measure the client, not the server (--latency-flagged=fail)"
+        "do not measure the server's response (--latency-flagged=fail)"
     )
     return Judgement(FLAGGED_EXPR, "fail", False, None, None, len(calls), message)
 

@@ -1,10 +1,11 @@
 """Per-call metrics: one `WireRecord` in, one `CallMetrics` out.
 
 Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds
-a call can end with, the incomplete/opaque/capped/consumer-bound/client-saturated flags and the
-plain-data form that travels on test reports. Pure and deterministic; may import only the stdlib,
-`pytest_latency.wire`, `pytest_latency.untrusted` and its sibling private modules (never pytest,
-never httpx).
+a call can end with, the incomplete/opaque/capped/consumer-bound/client-saturated flags (their
+names, wording and policy are `catalogue.FLAG_SPECS`) and the plain-data form that travels on
+test reports. Pure and deterministic; may import only the stdlib, `pytest_latency.wire`,
+`pytest_latency.untrusted`, `pytest_latency.catalogue` and its sibling private modules (never
+pytest, never httpx).
 See docs/metrics.md.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from pytest_latency.catalogue import DISTORTING_FLAGS
 from pytest_latency.metrics._body import decode_reads
 from pytest_latency.metrics._fingerprint import (
     PREFIX_HASH_CHARS,
@@ -124,16 +126,9 @@ class CallMetrics:
 
     @property
     def flagged(self) -> tuple[str, ...]:
-        """Why the client distorted this call's timing, if it did: the names of its set flags
-        (`consumer_bound`, `client_saturated`), in that order."""
-        return tuple(
-            name
-            for name, on in (
-                ("consumer_bound", self.consumer_bound),
-                ("client_saturated", self.client_saturated),
-            )
-            if on
-        )
+        """Why this call's timings do not measure the server, if they do not: its set flags of
+        `catalogue.DISTORTING_FLAGS` (consumer_bound, client_saturated, capped), in that order."""
+        return tuple(name for name in DISTORTING_FLAGS if getattr(self, name))
 
     @property
     def failed(self) -> bool:

@@ -3,11 +3,12 @@
 Nothing imports it. Its modules each own one thing: `_settings` (options and precedence),
 `_state` (stash keys and the values under them), `_routing` (which test a call belongs to),
 `_sampling` (plans, the sample loop, verdicts), `_collector` (the controller-side summary and
-session gate), `_signals` (SIGTERM as an interrupt), `_fixtures` (clients and recorder),
-`_outputs` (files and CI outputs). This module wires them: pluggy finds the hooks and fixtures
-re-exported here, and `pytest_configure` registers the plugin objects that need the run's state
-(the tracker on every process, the sampler once a test has a plan, the collector on the
-controller). Per-test state lives in `item.stash`, run-wide
+session gate), `_signals` (stop signals as an interrupt), `_stopped` (the hooks of a stopped
+run), `_fixtures` (clients and recorder), `_outputs` (files and CI outputs). This
+module wires them: pluggy finds the hooks and fixtures re-exported here, and `pytest_configure`
+registers the plugin objects that need the run's state (the tracker on every process, the
+sampler once a test has a plan, the collector on the controller, the worker side on a
+pytest-xdist worker of a run that writes files). Per-test state lives in `item.stash`, run-wide
 state in `config.stash`; each test's measurements travel on its call report (calls made after
 it, on its teardown report) as the plain-data attribute `pytest_latency`, which pytest-xdist
 forwards to the controller unchanged, so local and distributed runs share one code path.
@@ -37,10 +38,12 @@ from pytest_latency.plugin._sampling import TestTracker, pytest_make_collect_rep
 from pytest_latency.plugin._settings import MARKER_DESC, add_options, read_settings
 from pytest_latency.plugin._state import (
     COLLECTOR_NAME,
+    HELD_NAME,
     RUN_KEY,
     SAMPLER_NAME,
     SETTINGS_KEY,
     TRACKER_NAME,
+    WORKER_NAME,
     RunState,
 )
 
@@ -86,6 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_latency.capture import install_auto_capture
 
         run.uninstall_auto_capture = install_auto_capture(read_ahead=settings.read_ahead)
+    workeroutput = getattr(config, "workeroutput", None)
+    if run.handoff.blocks and isinstance(workeroutput, dict):
+        from pytest_latency.plugin._stopped import WorkerSide
+
+        config.pluginmanager.register(WorkerSide(run, workeroutput), WORKER_NAME)
     if outputs is not None:
         collector = LatencyCollector(run, settings, outputs)
         config.pluginmanager.register(collector, COLLECTOR_NAME)
@@ -93,16 +101,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for name in (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME):
+    for name in (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME, WORKER_NAME, HELD_NAME):
         registered = config.pluginmanager.get_plugin(name)
         if registered is not None:
             config.pluginmanager.unregister(registered)
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
-    if run.restore_sigterm is not None:  # the session never finished (an error in its start)
-        run.restore_sigterm()
-        run.restore_sigterm = None
+    if run.restore_signals is not None:  # a worker's, or a session that never finished
+        run.restore_signals()
+        run.restore_signals = None
     # A session nested in a test (pytester's inline runs) hands the outer session its sink back.
     set_sink(run.outer_sink)
     if run.uninstall_auto_capture is not None:

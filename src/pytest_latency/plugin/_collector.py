@@ -4,10 +4,12 @@ Owns `LatencyCollector`, a plugin object registered only on the controller (pyte
 `LogXML` shape). Each test's data reaches it from the tracker's logreport hook, from this process
 or, forwarded by pytest-xdist, from workers, in whatever order. After the run loop it judges the
 `[session]` budgets over every kept call and fails the run on a miss. When files will be written,
-SIGTERM interrupts the session as Ctrl-C does (`_signals`); the result file is marked partial
-when the run was interrupted or a pytest-xdist worker went down with an error (its current
-test's measurements are lost); an output that could not be written is reported with its path
-and makes a run that would have passed exit with status 3 (pytest's INTERNAL_ERROR).
+a stop signal interrupts the session as Ctrl-C does (`_signals.Interruption`): under
+pytest-xdist it is forwarded to the workers (their process ids asked for once each starts),
+whose tests in flight come back in their `workeroutput` (`_stopped`). The result file is marked
+partial when the run was interrupted or a pytest-xdist worker went down with an error (its
+current test's measurements are lost); an output that could not be written is reported with its
+path and makes a run that would have passed exit with status 3 (pytest's INTERNAL_ERROR).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import pytest
 from pytest_latency.plugin._annotations import annotation_lines
 from pytest_latency.plugin._junit import junit_cases
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
-from pytest_latency.plugin._signals import interrupt_on_sigterm
-from pytest_latency.plugin._state import RunState, Settings
+from pytest_latency.plugin._sampling import in_flight
+from pytest_latency.plugin._signals import Interruption
+from pytest_latency.plugin._state import HELD_NAME, RunState, Settings
+from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, HeldReports
 
 if TYPE_CHECKING:
     from pytest_latency.results import MetricChange, ResultBuilder
@@ -39,6 +43,8 @@ class LatencyCollector:
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._position: dict[str, int] = {}  # a reported test's nodeid → its index in tests
         self._crashed = False  # a pytest-xdist worker went down with an error
+        self._workers: dict[str, int] = {}  # a running pytest-xdist worker's id → its pid
+        self._interruption: Interruption | None = None
         # The result file is built test by test as records arrive, when anything will read it,
         # so the end of the session only finishes the rollups.
         self._builder: ResultBuilder | None = None
@@ -50,7 +56,13 @@ class LatencyCollector:
     def collect(self, report: pytest.TestReport, test: TestData) -> None:
         """One test's record, from its call report or, for calls made after it, its teardown
         report (this process's or a worker's)."""
-        position = self._position.get(report.nodeid)
+        if not test.teardown:
+            test.outcome = report.outcome
+        self._add(test)
+
+    def _add(self, test: TestData) -> None:
+        """A record: a test's, or its late calls (added to the test's record if it has one)."""
+        position = self._position.get(test.nodeid)
         if test.teardown and position is not None:
             # The late calls join what the call report brought; they are fixtures' calls,
             # outside any sample, so its pool, verdicts and findings stand.
@@ -58,31 +70,59 @@ class LatencyCollector:
             if self._builder is not None:
                 self._builder.replace(position, updated)
             return
-        if not test.teardown:
-            test.outcome = report.outcome
-        self._append(test)
-
-    def _append(self, test: TestData) -> None:
         self._position[test.nodeid] = len(self._run.tests)
         self._run.tests.append(test)
         if self._builder is not None:
             self._builder.add(test)
 
-    def pytest_sessionstart(self) -> None:
-        if self._builder is not None:  # only a run that writes files has anything to save
-            self._run.restore_sigterm = interrupt_on_sigterm()
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self._builder is None:  # only a run that writes files has anything to save
+            return
+        # Under pytest-xdist a terminal's Ctrl-C reaches the workers too; pytest's own
+        # KeyboardInterrupt on the controller would not wait for their tests in flight.
+        distributed = session.config.pluginmanager.hasplugin("dsession")
+        interruption = Interruption(lambda: list(self._workers.values()), sigint=distributed)
+        if interruption.install():
+            self._interruption = interruption
+            self._run.restore_signals = interruption.restore
+            session.config.pluginmanager.register(HeldReports(interruption), HELD_NAME)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: object, error: object | None) -> None:
-        # pytest-xdist: a worker crashed, was killed or interrupted (a clean finish has no
-        # error); whatever its current test measured is lost, so the run is partial. xdist
-        # itself reports that test as failed, "worker 'gw0' crashed while running ...".
+    def pytest_configure_node(self, node: Any) -> None:
+        # pytest-xdist, before the worker starts its session: its pid, to forward a stop signal.
+        if self._builder is not None:
+            pid = _worker_pid(node)
+            if pid is not None:
+                self._workers[str(node.gateway.id)] = pid
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        # pytest-xdist: a worker finished, crashed, was killed or interrupted (a clean finish
+        # has no error). A crashed one's current test is lost, so the run is partial; xdist
+        # itself reports that test as failed, "worker 'gw0' crashed while running ...". One
+        # that was stopped sent its test in flight.
+        gateway = getattr(node, "gateway", None)
+        self._workers.pop(str(getattr(gateway, "id", "")), None)  # its pid may be reused
         if error is not None:
             self._crashed = True
+        output = getattr(node, "workeroutput", None)
+        data = output.pop(IN_FLIGHT_KEY, None) if isinstance(output, dict) else None
+        if isinstance(data, dict):
+            from pytest_latency.testdata import TestData
+
+            if self._interruption is None:
+                self._add(TestData.from_wire(data))
+                return
+            with self._interruption.held():  # a stop must not leave a record half added
+                self._add(TestData.from_wire(data))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        result = yield
+        try:
+            result = yield
+        finally:
+            if self._interruption is not None:
+                self._interruption.end()  # from here a stop signal waits for the outputs
         budget_file = self._settings.budget_file
         if budget_file is not None and budget_file.session:
             from pytest_latency.pools import Pool
@@ -150,19 +190,16 @@ class LatencyCollector:
     # a few seconds after SIGTERM). Every report the run will get has arrived by now.
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self._run.restore_sigterm is not None:
-            # From here a SIGTERM terminates as before: the outputs are being written.
-            self._run.restore_sigterm()
-            self._run.restore_sigterm = None
+        if self._run.restore_signals is not None:
+            # From here a stop signal terminates as before: the outputs are being written.
+            self._run.restore_signals()
+            self._run.restore_signals = None
+        self._interruption = None
         partial = exitstatus == pytest.ExitCode.INTERRUPTED or self._crashed
-        current = self._run.router.recording
-        if current is not None and current.nodeid not in self._position:
-            # Ctrl-C or SIGTERM inside a test: keep what it measured, marked as such.
-            from pytest_latency.testdata import TestData
-
-            test = TestData.of(current.measured(), None)
-            test.outcome = "interrupted"
-            self._append(test)
+        # Ctrl-C or a stop signal inside a test of this process: keep what it measured.
+        test = in_flight(self._run.router)
+        if test is not None:
+            self._add(test)
             self._built = None
         if not (self._outputs.wanted or os.environ.get("GITHUB_STEP_SUMMARY")):
             return
@@ -239,3 +276,19 @@ class LatencyCollector:
             terminalreporter.write_line(nodeid)
             for line in finding_lines(findings):
                 terminalreporter.write_line(f"  {line}")
+
+
+def _worker_pid(node: Any) -> int | None:
+    """The process id of a pytest-xdist worker that is this process's child (a popen gateway;
+    one on another machine, or started through another, is never signalled), asked of the
+    worker itself through execnet's public `remote_exec`, before pytest-xdist starts it."""
+    gateway = getattr(node, "gateway", None)
+    if gateway is None or not getattr(gateway.spec, "popen", False):
+        return None
+    try:
+        channel = gateway.remote_exec("import os; channel.send((os.getpid(), os.getppid()))")
+        pid, parent = channel.receive(timeout=10)
+        channel.waitclose(timeout=10)  # done before pytest-xdist's own remote_exec
+    except Exception:  # no pid: a stop signal then interrupts at once, as without workers
+        return None
+    return int(pid) if parent == os.getpid() else None

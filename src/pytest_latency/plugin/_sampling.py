@@ -265,14 +265,8 @@ class TestTracker:
             self._outcome = report.outcome  # the test's outcome if its setup fails
         elif test is None and recording is not None and recording.unreported:
             # Made after the call report (fixture teardown), or all of them when setup failed:
-            # they travel on the teardown report, marked so the collector adds them up. They
-            # are fixtures' calls and values, whatever sample was open: never pooled.
-            from pytest_latency.calls import OUTSIDE, ManualValue
-
-            test = _record_of(recording, report)
-            test.manual = tuple(ManualValue(OUTSIDE, *m[1:]) for m in test.manual)
-            test.spans = ()
-            test.teardown = True
+            # they travel on the teardown report, marked so the collector adds them up.
+            test = _late(_record_of(recording, report))
             test.outcome = self._outcome
             test = _diagnosed(test, ())
             attach(report, test, self._handoff)
@@ -414,6 +408,34 @@ def _record_of(recording: Recording, report: pytest.TestReport) -> TestData:
 
     location = (str(report.location[0]), report.location[1])
     return TestData.of(recording.report(), location)
+
+
+def _late(test: TestData) -> TestData:
+    """A record of calls and values made after the test's call report: fixtures' ones, whatever
+    sample was open, never pooled; marked so the collector adds them to the test's record."""
+    from pytest_latency.calls import OUTSIDE, ManualValue
+
+    test.manual = tuple(ManualValue(OUTSIDE, *m[1:]) for m in test.manual)
+    test.spans = ()  # no sample's wall time: the samples were reported with the call report
+    test.teardown = True
+    return test
+
+
+def in_flight(router: Router) -> TestData | None:
+    """What the test running when the run stopped (Ctrl-C, a stop signal) measured that no
+    report carried: the whole test with outcome `interrupted` when none carried any of it, else
+    its late calls; None if there is nothing. Its reads still open are cut off now."""
+    recording = router.recording
+    if recording is None or not recording.unreported:
+        return None
+    from pytest_latency.testdata import TestData
+
+    reported_before = recording.reported > 0 or recording.reported_manual > 0
+    test = TestData.of(recording.report(), None)
+    if reported_before:
+        test = _late(test)
+    test.outcome = "interrupted"
+    return test
 
 
 def _diagnosed(test: TestData, judgements: Sequence[Judgement]) -> TestData:

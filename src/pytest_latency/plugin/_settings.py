@@ -48,9 +48,12 @@ READ_AHEAD_DESC = (
     "while streaming (not for CPU-bound ones)"
 )
 FLAGGED_DESC = (
-    "What budgets do with flagged calls (consumer_bound, client_saturated: the client distorted "
-    "their timing): 'keep' (default) judges them like any call, 'exclude' leaves them out of the "
-    "timing pools (they stay in counts and reports), 'fail' fails a budgeted test that has any"
+    # The flags are catalogue.DISTORTING_FLAGS (not imported here: pytest loads this module in
+    # every session); tests/test_saturation.py checks this list against it.
+    "What budgets do with flagged calls (consumer_bound, client_saturated, capped: their timings "
+    "do not measure the server's response): 'keep' (default) judges them like any call, "
+    "'exclude' leaves them out of the timing pools (they stay in counts and reports), 'fail' "
+    "fails a budgeted test that has any"
 )
 CAPTURE_TEXT_DESC = (
     "Keep up to N characters of each call's prompt and output text on its call record "

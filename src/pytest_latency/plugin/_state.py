@@ -41,6 +41,8 @@ class Handoff:
 COLLECTOR_NAME = "latency-collector"
 TRACKER_NAME = "latency-tracker"
 SAMPLER_NAME = "latency-sampler"
+WORKER_NAME = "latency-worker"
+HELD_NAME = "latency-held-reports"
 
 
 # NamedTuples and plain classes, not dataclasses: pytest imports this module in every session of
@@ -58,7 +60,8 @@ class Settings(NamedTuple):
     read_ahead: bool = False
     # `--latency-sim=auto`: the simulator stands in only for providers nobody configured.
     sim_auto: bool = False
-    # `--latency-flagged`: keep, exclude or fail on consumer-bound / client-saturated calls.
+    # `--latency-flagged`: keep, exclude or fail on consumer-bound, client-saturated or capped
+    # calls.
     flagged: str = "keep"
     # `--latency-capture-text=N`: characters of prompt/output text kept per call; 0 keeps none.
     capture_text: int = 0
@@ -93,7 +96,7 @@ class RunState:
         "comparison",
         "handoff",
         "outer_sink",
-        "restore_sigterm",
+        "restore_signals",
         "router",
         "session_judgements",
         "sim",
@@ -115,8 +118,8 @@ class RunState:
         self.session_judgements: list[Judgement] = []
         self.written: list[str] = []
         self.write_failures: list[str] = []  # an output not written: its option, path, reason
-        # Puts back the SIGTERM handler the controller replaced for the session (`_signals`).
-        self.restore_sigterm: Callable[[], None] | None = None
+        # Puts back the stop signals' handlers replaced for the session (`_signals`).
+        self.restore_signals: Callable[[], None] | None = None
         # The run against `--latency-baseline`, compared after the last test.
         self.comparison: Comparison | None = None
 

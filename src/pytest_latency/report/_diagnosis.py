@@ -6,8 +6,8 @@ Owns how a finding reads (which `css` tone it gets; its title and the order kind
 `diagnose`'s) and how evidence numbers are shown (µs as durations, shares as %, token counts as
 tokens). It reads what `results` wrote (`findings`, `what_ifs`, `error_kinds`, `errors`,
 `retried_errors`, `flags`) and computes nothing but counts and formatting. Plain text only:
-the template escapes everything. May import `units` and `diagnose` (titles and order of the
-kinds); never jinja2.
+the template escapes everything. May import `units`, `diagnose` (titles and order of the kinds)
+and `catalogue` (how each call flag reads); never jinja2.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_latency import units as fmt
+from pytest_latency.catalogue import FLAG_SPECS
 from pytest_latency.diagnose import rank, title
 
 TONES = {
@@ -30,11 +31,6 @@ TONES = {
 TESTS_PER_KIND = 5
 MAX_EVIDENCE = 12
 MAX_TEXT = 160
-FLAG_TEXT = {
-    "consumer_bound": "consumer-bound (the test read the stream slower than it arrived)",
-    "incomplete": "incomplete (body not read to the end)",
-    "opaque": "opaque (undecodable body: no token timings)",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,7 +465,7 @@ def run_flags(
                 in_tests[name] = in_tests.get(name, 0) + 1
     totals = session.get("flags") or calls
     return tuple(
-        (text, int(totals.get(name, 0)), in_tests.get(name, 0))
-        for name, text in FLAG_TEXT.items()
-        if totals.get(name)
+        (spec.text, int(totals.get(spec.name, 0)), in_tests.get(spec.name, 0))
+        for spec in FLAG_SPECS
+        if totals.get(spec.name)
     )

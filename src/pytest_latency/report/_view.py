@@ -6,7 +6,8 @@ statements (time split, cache, fan-out or serial), findings, what-ifs and errors
 tests get full charts (failing budgets first; the number is capped so the report's size does not
 grow with the run), the rollups and the environment. Everything here is plain text and numbers:
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
-helpers), `histogram` (to read a block's buckets) and its siblings; never jinja2.
+helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads) and its
+siblings; never jinja2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_latency import units as fmt
+from pytest_latency.catalogue import FLAG_SPECS
 from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
@@ -348,16 +350,11 @@ def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
 
 
 def _flags_statement(flags: Mapping[str, int]) -> Statement | None:
-    parts = []
-    if flags.get("consumer_bound"):
-        parts.append(
-            f"{flags['consumer_bound']} call(s) consumer-bound: the test read the stream slower "
-            "than the server sent it, so token timings show the test's pace"
-        )
-    if flags.get("incomplete"):
-        parts.append(f"{flags['incomplete']} call(s) not read to the end")
-    if flags.get("opaque"):
-        parts.append(f"{flags['opaque']} call(s) with an undecodable body (no token timings)")
+    parts = [
+        f"{int(flags[spec.name])} call(s) {spec.label}: {spec.why}"
+        for spec in FLAG_SPECS
+        if flags.get(spec.name)
+    ]
     if not parts:
         return None
     return Statement("warn", "Measurement", "; ".join(parts) + ".")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_latency import stats
-from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, METRICS
+from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, CALL_FLAGS, METRICS
 from pytest_latency.histogram import BucketCounts, LatencyHistogram
 from pytest_latency.pools import CacheRatio
 from pytest_latency.results._schema import CacheRatioBlock, MetricBlock, OtelBlock
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_latency.metrics import CallMetrics
 
 PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0)
-FLAGS: Final = ("consumer_bound", "client_saturated", "incomplete", "opaque")
+FLAGS: Final = CALL_FLAGS  # the per-call flags each block counts (`catalogue.FLAG_SPECS`)
 
 
 def otel(metric: str) -> OtelBlock | None:

@@ -1,18 +1,21 @@
 """Reading and writing result files, and the one writer every output file goes through.
 
 Owns strict JSON (no NaN or Infinity, which other parsers reject), `write_atomic` (a reader, or a
-run that crashed mid-write, never sees half a file; the file gets the permissions any file
-written with the user's umask would; a symlink's target is replaced and the link kept; a device,
-FIFO or socket is written in place and `/dev/stdout` through the descriptor, as a shell redirect
-would; any failure is one `WriteError` naming the path, and leaves no temporary file), and
-`load_result` (read, parse and validate against the whole schema, `_validate`; any problem is one
-`ResultError` naming the file). The plugin's HTML and Markdown outputs and the CLI write through
-`write_atomic` too. May import its siblings `_schema` and `_validate`; never pytest.
+run killed mid-write, never sees half a file; the data and then the rename are fsynced, so a
+machine that crashes after the run exited keeps the new file or the old one, never an empty one;
+the file gets the permissions any file written with the user's umask would; a symlink's target is
+replaced and the link kept; a device, FIFO or socket is written in place and `/dev/stdout`
+through the descriptor, as a shell redirect would; any failure is one `WriteError` naming the
+path, and leaves no temporary file), and `load_result` (read, parse and validate against the
+whole schema, `_validate`; any problem is one `ResultError` naming the file). The plugin's HTML
+and Markdown outputs and the CLI write through `write_atomic` too. May import its siblings
+`_schema` and `_validate`; never pytest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -118,15 +121,43 @@ def _replace(target: Path, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        # Closing flushes: a full disk or RLIMIT_FSIZE raises here at the latest, before the
-        # rename, so the old file stays whole.
+        # A full disk or RLIMIT_FSIZE raises in the write or the flush, before the rename, so
+        # the old file stays whole. fsync before the rename: after a crash (power, kernel) the
+        # name must never point at a file whose data never reached the disk, a zero-length file
+        # where the old one was.
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _fsync_directory(target.parent)
+
+
+# What a directory that cannot be synced answers (some filesystems; Windows cannot open one).
+_NO_DIRECTORY_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES, errno.EPERM}
+
+
+def _fsync_directory(directory: Path) -> None:
+    """The rename itself made durable: the directory's entry now names the new file."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        if exc.errno in _NO_DIRECTORY_SYNC:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_DIRECTORY_SYNC:
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
