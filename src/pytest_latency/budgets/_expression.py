@@ -100,6 +100,13 @@ class Expectation:
     unit: str = ""
 
     @property
+    def place(self) -> tuple[str, int | None]:
+        """(file, line) of a budget read from budgets.toml (`source` is `path:line` there),
+        or (source, None) for one from a marker or elsewhere."""
+        path, _, line = self.source.rpartition(":")
+        return (path, int(line)) if path and line.isdigit() else (self.source, None)
+
+    @property
     def dimension(self) -> Dimension:
         return Dimension.RATIO if self.metric == GOOD else METRICS[self.metric].dimension
 

@@ -15,46 +15,44 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_latency.plugin._state import RunState
-    from pytest_latency.results import MetricChange
+    from pytest_latency.testdata import TestData
 
 
 def annotation_lines(run: RunState) -> Iterator[str]:
     for failure in run.write_failures:
         yield f"::error title=pytest-latency::{_escape_data(failure)}"
     for test in run.tests:
-        location = test.location or (test.nodeid.split("::")[0], None)
-        where = _where(str(location[0]), None if location[1] is None else int(location[1]) + 1)
         for judgement in test.judgements:
             if not judgement.passed:
                 message = _escape_data(f"{test.nodeid}: {judgement.message}")
-                yield f"::error {where},title=latency budget::{message}"
+                yield f"::error {_test_where(test)},title=latency budget::{message}"
     for judgement in run.session_judgements:
         if judgement.passed:
             continue
-        source = judgement.expectation.source if judgement.expectation else ""
-        path, _, number = source.rpartition(":")
-        where = _where(path, int(number)) if path and number.isdigit() else ""
-        prefix = f"::error {where}," if where else "::error "
+        path, line = judgement.expectation.place if judgement.expectation else ("", None)
+        prefix = f"::error {_where(path, line)}," if line is not None else "::error "
         yield f"{prefix}title=latency session budget::{_escape_data(judgement.message)}"
     comparison = run.comparison
     if comparison is None or not comparison.regressions:
         return
     from pytest_latency.results import describe, describe_rollup
 
-    places = {t.nodeid: t.location or (t.nodeid.split("::")[0], None) for t in run.tests}
-    rollups: dict[str, list[MetricChange]] = {}
+    # A test-scope change is of a test of this run's file: it has a record here.
+    tests = {t.nodeid: t for t in run.tests}
     for change in comparison.regressions:
-        place = places.get(change.nodeid) if change.scope == "test" else None
-        if place is None:  # a group or the session: one run-wide line each
-            rollups.setdefault(change.nodeid, []).append(change)
-            continue
-        at = None if place[1] is None else int(place[1]) + 1
-        yield (
-            f"::error {_where(str(place[0]), at)},title=latency regression::"
-            f"{_escape_data(describe(change))}"
-        )
-    for changes in rollups.values():
+        if change.scope == "test":
+            yield (
+                f"::error {_test_where(tests[change.nodeid])},title=latency regression::"
+                f"{_escape_data(describe(change))}"
+            )
+    for changes in comparison.rollup_regressions().values():  # one run-wide line each
         yield f"::error title=latency regression::{_escape_data(describe_rollup(changes))}"
+
+
+def _test_where(test: TestData) -> str:
+    """A test's file and (1-based) line, as pytest reported its location."""
+    path, line = test.location or (test.nodeid.split("::")[0], None)
+    return _where(str(path), None if line is None else int(line) + 1)
 
 
 def _where(path: str, line: int | None) -> str:

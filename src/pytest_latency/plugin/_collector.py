@@ -30,7 +30,7 @@ from pytest_latency.plugin._state import HELD_NAME, RunState, Settings
 from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, HeldReports
 
 if TYPE_CHECKING:
-    from pytest_latency.results import MetricChange, ResultBuilder
+    from pytest_latency.results import ResultBuilder
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
 
@@ -243,13 +243,10 @@ class LatencyCollector:
             from pytest_latency.results import describe, describe_rollup
 
             terminalreporter.write_sep("-", "latency regressions against the baseline")
-            rollups: dict[str, list[MetricChange]] = {}
             for change in comparison.regressions:
                 if change.scope == "test":
                     terminalreporter.write_line(describe(change), red=True)
-                else:
-                    rollups.setdefault(change.nodeid, []).append(change)
-            for changes in rollups.values():
+            for changes in comparison.rollup_regressions().values():
                 terminalreporter.write_line(describe_rollup(changes), red=True)
             terminalreporter.write_line(
                 f"pytest-latency: {len(comparison.regressions)} regression(s) against the "

@@ -36,8 +36,8 @@ def _junit(config: pytest.Config) -> Any | None:
 def _cases(run: RunState) -> Iterator[tuple[str, str, str | None, str]]:
     """(node id, file, failure text or None, location label) for each case."""
     for judgement in run.session_judgements:
-        source = judgement.expectation.source if judgement.expectation else ""
-        path = source.rpartition(":")[0] or SUITE_CLASS
+        place = judgement.expectation.place if judgement.expectation else ("", None)
+        path = place[0] if place[1] is not None else SUITE_CLASS
         failure = None if judgement.passed else judgement.message
         yield f"{SUITE_CLASS}::session: {judgement.expr}", path, failure, "session"
     comparison = run.comparison
@@ -45,15 +45,13 @@ def _cases(run: RunState) -> Iterator[tuple[str, str, str | None, str]]:
         return
     from pytest_latency.results import describe
 
-    by_subject: dict[str, list[str]] = {}
-    for change in comparison.regressions:
-        by_subject.setdefault(change.nodeid, []).append(describe(change))
-    for subject, lines in by_subject.items():
-        if "::" in subject:  # a test: its case sits beside the test's own
-            nodeid, path = f"{subject} (latency regression)", subject.split("::")[0]
-        else:  # a group or the session
-            nodeid, path = f"{SUITE_CLASS}::regression: {subject}", SUITE_CLASS
-        yield nodeid, path, "\n".join(lines), "baseline"
+    for subject, changes in comparison.test_regressions().items():
+        # A test's case sits beside the test's own.
+        lines = "\n".join(describe(c) for c in changes)
+        yield f"{subject} (latency regression)", subject.split("::")[0], lines, "baseline"
+    for subject, changes in comparison.rollup_regressions().items():
+        nodeid = f"{SUITE_CLASS}::regression: {subject}"
+        yield nodeid, SUITE_CLASS, "\n".join(describe(c) for c in changes), "baseline"
 
 
 def junit_cases(config: pytest.Config, run: RunState) -> None:

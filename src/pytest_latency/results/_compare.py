@@ -72,16 +72,31 @@ class Comparison:
         return tuple(c for c in self.changes if c.improvement)
 
     def regressed_tests(self) -> dict[str, list[str]]:
-        return _by_test(self.regressions)
+        """Each regressed test's node id → its regressed metrics."""
+        return _metrics(self.regressions)
+
+    def test_regressions(self) -> dict[str, list[MetricChange]]:
+        """Each regressed test's node id → its regressions, in comparison order."""
+        return _grouped(self.regressions, tests=True)
+
+    def rollup_regressions(self) -> dict[str, list[MetricChange]]:
+        """Each regressed group's key, or "(session)" → its regressions, in comparison order:
+        what every output shows as one line per rollup (`describe_rollup`)."""
+        return _grouped(self.regressions, tests=False)
 
 
-def _by_test(regressions: Sequence[MetricChange]) -> dict[str, list[str]]:
-    """Each regressed test's node id → its regressed metrics, in comparison order."""
-    out: dict[str, list[str]] = {}
+def _grouped(regressions: Sequence[MetricChange], *, tests: bool) -> dict[str, list[MetricChange]]:
+    """The regressions of tests (or of rollups) by node id (or key), in comparison order."""
+    out: dict[str, list[MetricChange]] = {}
     for c in regressions:
-        if c.scope == "test":
-            out.setdefault(c.nodeid, []).append(c.metric)
+        if (c.scope == "test") == tests:
+            out.setdefault(c.nodeid, []).append(c)
     return out
+
+
+def _metrics(regressions: Sequence[MetricChange]) -> dict[str, list[str]]:
+    """Each regressed test's node id → its regressed metrics, in comparison order."""
+    return {k: [c.metric for c in v] for k, v in _grouped(regressions, tests=True).items()}
 
 
 def _buckets(block: Mapping[str, Any]) -> list[tuple[float, int]]:
@@ -281,7 +296,7 @@ def changes_of(entries: Sequence[Mapping[str, Any]]) -> tuple[MetricChange, ...]
 
 def regressed_metrics(baseline: Mapping[str, Any]) -> dict[str, list[str]]:
     """From a result file's `baseline` block: each regressed test's node id → its metrics."""
-    return _by_test(changes_of(baseline.get("regressions", [])))
+    return _metrics(changes_of(baseline.get("regressions", [])))
 
 
 __all__ = [
