@@ -125,7 +125,13 @@ def test_errors_retries_flags_and_cache_fields(result: dict[str, Any]) -> None:
     ratio = chat["cache_read_ratio"]
     assert ratio["cache_fields"] == "reported"
     assert ratio["value"] == pytest.approx(ratio["read_tokens"] / ratio["input_tokens"])
-    assert set(chat["flags"]) == {"consumer_bound", "client_saturated", "incomplete", "opaque"}
+    assert set(chat["flags"]) == {
+        "consumer_bound",
+        "client_saturated",
+        "cpu_starved",
+        "incomplete",
+        "opaque",
+    }
 
 
 def test_retried_attempts_count_as_one_call() -> None:
@@ -423,6 +429,7 @@ def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[s
     assert session["flags"] == {
         "consumer_bound": 2,
         "client_saturated": 0,
+        "cpu_starved": 0,
         "incomplete": 0,
         "opaque": 0,
     }

@@ -14,10 +14,11 @@ POLICIES = ("auto", "estimate", "pass", "fail")
 DEFAULT_POLICY = "auto"
 
 # What budgets do with flagged calls (consumer_bound, client_saturated: the client distorted their
-# timing). `keep` judges them like any call; `exclude` leaves them out of the timing pools (per-call
-# metrics, itl, good(...)) but not out of the counts (error_rate, retries, calls,
-# cache_read_ratio) nor the reports; `fail` adds a failing judgement to a budgeted test (or the
-# session) with flagged kept calls. See docs/budgets.md, "Flagged calls".
+# timing; cpu_starved: a busy machine did). `keep` judges them like any call; `exclude` leaves
+# them out of the timing pools (per-call metrics, itl, good(...)) but not out of the counts
+# (error_rate, retries, calls, cache_read_ratio) nor the reports; `fail` adds a failing judgement
+# to a budgeted test (or the session) with flagged kept calls. See docs/budgets.md, "Flagged
+# calls".
 FLAGGED_POLICIES = ("keep", "exclude", "fail")
 DEFAULT_FLAGGED = "keep"
 

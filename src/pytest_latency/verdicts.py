@@ -164,9 +164,14 @@ def flagged_failure(calls: Sequence[CallMetrics]) -> Judgement | None:
             f"{counts['client_saturated']} client_saturated (event-loop lag up to {worst:.0f} ms, "
             f"over {SATURATED_LAG_MS:g} ms, while in flight)"
         )
+    if counts["cpu_starved"]:
+        reasons.append(
+            f"{counts['cpu_starved']} cpu_starved (the process waited for a CPU: a busy machine, "
+            "not the test's code)"
+        )
     message = (
         f"{len(flagged)} of {len(calls)} calls flagged: {'; '.join(reasons)}; their timings "
-        "measure the client, not the server (--latency-flagged=fail)"
+        "measure the client or the machine, not the server (--latency-flagged=fail)"
     )
     return Judgement(FLAGGED_EXPR, "fail", False, None, None, len(calls), message)
 

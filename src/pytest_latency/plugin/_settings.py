@@ -49,8 +49,9 @@ READ_AHEAD_DESC = (
 )
 FLAGGED_DESC = (
     "What budgets do with flagged calls (consumer_bound, client_saturated: the client distorted "
-    "their timing): 'keep' (default) judges them like any call, 'exclude' leaves them out of the "
-    "timing pools (they stay in counts and reports), 'fail' fails a budgeted test that has any"
+    "their timing; cpu_starved: a busy machine did): 'keep' (default) judges them like any call, "
+    "'exclude' leaves them out of the timing pools (they stay in counts and reports), 'fail' "
+    "fails a budgeted test that has any"
 )
 CAPTURE_TEXT_DESC = (
     "Keep up to N characters of each call's prompt and output text on its call record "

@@ -32,6 +32,8 @@ MAX_EVIDENCE = 12
 MAX_TEXT = 160
 FLAG_TEXT = {
     "consumer_bound": "consumer-bound (the test read the stream slower than it arrived)",
+    "client_saturated": "client-saturated (the test's event loop was too busy to read on time)",
+    "cpu_starved": "CPU-starved (the process waited for a CPU: a busy machine)",
     "incomplete": "incomplete (body not read to the end)",
     "opaque": "opaque (undecodable body: no token timings)",
 }

@@ -320,6 +320,16 @@ def _flags_statement(flags: Mapping[str, int]) -> Statement | None:
             f"{flags['consumer_bound']} call(s) consumer-bound: the test read the stream slower "
             "than the server sent it, so token timings show the test's pace"
         )
+    if flags.get("client_saturated"):
+        parts.append(
+            f"{flags['client_saturated']} call(s) client-saturated: the test's event loop was too "
+            "busy to read them on time"
+        )
+    if flags.get("cpu_starved"):
+        parts.append(
+            f"{flags['cpu_starved']} call(s) CPU-starved: the process waited for a CPU (a busy "
+            "machine), so their token timings show the machine's delays"
+        )
     if flags.get("incomplete"):
         parts.append(f"{flags['incomplete']} call(s) not read to the end")
     if flags.get("opaque"):

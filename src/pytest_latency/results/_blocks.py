@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_latency.metrics import CallMetrics
 
 PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0)
-FLAGS: Final = ("consumer_bound", "client_saturated", "incomplete", "opaque")
+FLAGS: Final = ("consumer_bound", "client_saturated", "cpu_starved", "incomplete", "opaque")
 
 
 def otel(metric: str) -> OtelBlock | None:
