@@ -141,6 +141,7 @@ def test_errors_retries_flags_and_cache_fields(result: dict[str, Any]) -> None:
         "incomplete",
         "opaque",
         "capped",
+        "cpu_starved",
     }
 
 
@@ -496,6 +497,7 @@ def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[s
     assert session["flags"] == {
         "consumer_bound": 2,
         "client_saturated": 0,
+        "cpu_starved": 0,
         "incomplete": 0,
         "opaque": 0,
         "capped": 0,

@@ -561,7 +561,11 @@ def test_retries_and_a_sync_openai_stream_through_the_plugin(
     entry = json.loads((pytester.path / "result.json").read_text())["tests"][0]
     assert (entry["call_count"], entry["error_count"], entry["retries"]) == (2, 0, 2)
     assert entry["retried_errors"] == {"http_429": 2}
-    assert not any(entry["flags"].values()), entry["flags"]
+    # Untimed, the replay sends every piece at once: a consumer slower than loopback finds them
+    # buffered and may rightly be flagged consumer_bound (or cpu_starved on a busy machine, as
+    # in CI). What this test holds is that no call is incomplete, opaque or capped.
+    flags = entry["flags"]
+    assert (flags["incomplete"], flags["opaque"], flags["capped"]) == (0, 0, 0), flags
     metrics = entry["metrics"]
     # One anthropic call (135 input, 10 output) and one openai call (14, 30).
     assert (metrics["input_tokens"]["min"], metrics["input_tokens"]["max"]) == (14, 135)

@@ -232,6 +232,14 @@ FLAG_SPECS = (
         "past a per-call keep limit: its metrics cover only the part kept",
         distorting=True,
     ),
+    # Not the test's code but the machine (issue #14 item 11): the process waited for a CPU
+    # while the call was in flight; told apart from consumer_bound by the thread's run-queue wait.
+    FlagSpec(
+        "cpu_starved",
+        "CPU-starved",
+        "the process waited for a CPU: a busy machine, not the test's code",
+        distorting=True,
+    ),
 )
 FLAGS = {spec.name: spec for spec in FLAG_SPECS}
 CALL_FLAGS = tuple(FLAGS)

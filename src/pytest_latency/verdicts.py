@@ -8,7 +8,7 @@ meeting every condition), `judge_evidence` (the same verdict from several shards
 added up), the `Judgement` it returns (holding its parsed `Expectation`, so nothing downstream
 parses a budget string again, and its evidence), the inconclusive policy and the flagged-calls
 policy (keep, exclude or fail on calls whose timings do not measure the server:
-`catalogue.DISTORTING_FLAGS`, consumer-bound, client-saturated or capped), the per-look
+`catalogue.DISTORTING_FLAGS`, consumer-bound, client-saturated, capped or CPU-starved), the per-look
 confidence of sequential sampling, and how many values a percentile budget needs before it can
 pass with confidence (`values_needed`, `samples_needed`: read by the diagnosis and the plugin's
 collection warning). The values come from `pools.Pool`, built once per test. May import

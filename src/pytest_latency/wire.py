@@ -2,8 +2,8 @@
 
 Owns the `WireRecord` data type shared by `capture` (which fills it on the hot path) and `metrics`
 (which parses it after the call). Holding only raw bytes and clock readings keeps the hot path to
-two clock reads and an append per chunk; every interpretation (SSE, JSON, usage) happens later,
-in `metrics`.
+two clock reads and an append per chunk (and a read of the scheduler's counter around the
+consumer's long absences); every interpretation (SSE, JSON, usage) happens later, in `metrics`.
 Stdlib only; imports nothing from the package.
 
 Request headers are never stored (they carry API keys). The request body is held in memory so
@@ -18,8 +18,10 @@ arrival, so the call is flagged `capped` with its timing up to the limit intact.
 bounds the decoded body the same way (a gzip bomb), where `metrics` inflates it, and
 `EVENT_LIMIT` the SSE events it walks.
 
-Also owns `LoopLag`, the event-loop lag log a capture-side monitor fills while async calls are in
-flight on a loop, which the records of those calls share (docs/metrics.md, "Client saturation").
+Also owns the consumer-bound detector's two thresholds (`WAIT_NS`, `AWAY_NS`), which capture
+reads to know when to note the scheduler's run-queue counter, and `LoopLag`, the event-loop lag
+log a capture-side monitor fills while async calls are in flight on a loop, which the records of
+those calls share (docs/metrics.md, "Client saturation").
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ KEEP_LIMIT = 64 * 1024 * 1024
 READ_COST = 170
 # The most a compressed body is inflated to, per call (`metrics`): a gzip bomb stops here.
 DECODED_LIMIT = 64 * 1024 * 1024
+# The consumer-bound detector's thresholds (sdk-findings §3.5), here because capture reads them
+# too: a read that returned in under WAIT_NS after the consumer had been away for over AWAY_NS
+# found its data already buffered, so its stamp is when the test asked, not when the server
+# sent. A buffered read still costs 0.12-0.2 ms in httpcore+h11, so a sync read's wait is its
+# wall time less its own CPU time (`WireRecord.read_cpu`). Capture reads the scheduler's
+# run-queue counter around such absences (`WireRecord.queued`).
+WAIT_NS = 300_000
+AWAY_NS = 1_000_000
 # The most SSE events `metrics` walks per call (15-30 us each on a loaded 2-core VM: JSON,
 # classification, usage): 64 MiB of 47-byte events (1.4 M) took 22 s; at the limit 6-8 s. Twice
 # the events of a 128k-token stream.
@@ -119,6 +129,20 @@ class WireRecord:
     # then measured up to it and recorded as cut off by the test's end.
     t_asked_ns: int | None = None
     t_cut_ns: int | None = None
+    # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
+    # long the consuming thread waited, runnable, for a CPU (Linux schedstat run_delay) from the
+    # last reading before the absence (at the headers, or at a chunk that came over WAIT_NS
+    # after the one before) to that read's arrival. Empty where the kernel does not expose it,
+    # and for read-ahead.
+    queued: list[tuple[int, int]] = field(default_factory=list)
+    # (read index, ns) for each read a sync consumer asked for after being away over AWAY_NS:
+    # the consuming thread's CPU time inside that read (`time.thread_time_ns`). A buffered read
+    # is CPU work through the HTTP stack, 0.12-0.2 ms alone but 0.3-0.5 ms in a large process
+    # (the plugin's own suite) and more under a tracer such as coverage: over WAIT_NS, so on
+    # wall time alone a consumer that was behind looked like one that waited for its data.
+    # Wall time less this is the read's wait. Not for async reads: an await runs other tasks
+    # on the same thread, whose CPU time is not the read's.
+    read_cpu: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def reading(self) -> bool:

@@ -3,9 +3,11 @@
 Owns what every binding (one module per HTTP library) calls: starting a record, noting the headers,
 a body already in memory, an error and the close; the timed chunk loops (the hot path: two clock
 reads, one append and the keep limit's test per chunk; the clock read taken when the consumer asks
-for the next chunk is what lets `metrics` tell a server-paced stream from a consumer-paced one); the
-read-ahead readers; and the event-loop lag monitor. A binding only translates its library's request,
-response and stream objects into the plain values and iterables taken here.
+for the next chunk is what lets `metrics` tell a server-paced stream from a consumer-paced one),
+with the consuming thread's run-queue wait read around its long absences (`RunQueueWait`: a busy
+machine is not a slow test body); the read-ahead readers; and the event-loop lag monitor. A binding
+only translates its library's request, response and stream objects into the plain values and
+iterables taken here.
 
 Client saturation: when an async request starts, `watch_loop` makes sure a lag monitor runs on
 that request's event loop while captured calls are in flight there. The monitor is one task per
@@ -44,7 +46,7 @@ from collections.abc import (
 )
 
 from pytest_latency.untrusted import safe_text
-from pytest_latency.wire import READ_COST, LoopLag, WireRecord
+from pytest_latency.wire import AWAY_NS, READ_COST, WAIT_NS, LoopLag, WireRecord
 
 Clock = Callable[[], int]
 
@@ -155,33 +157,143 @@ def keep_read(record: WireRecord, room: int, asked: int, arrived: int, chunk: by
     return -1
 
 
+class RunQueueWait:
+    """The calling thread's time spent runnable but waiting for a CPU (Linux schedstat's
+    run_delay, ns), from /proc/thread-self/schedstat: the handle is bound to the thread that
+    opened it. `raw` is one `pread` (~1 µs) and keeps the counter's line unparsed; `parse`
+    (~1 µs) runs only where a wait matters. Where the kernel does not expose it, `fd` is -1,
+    `read` gives None, and every delay counts as the reader's own."""
+
+    __slots__ = ("fd", "thread")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.thread = threading.get_ident()
+
+    @classmethod
+    def open(cls) -> RunQueueWait:
+        try:
+            return cls(os.open("/proc/thread-self/schedstat", os.O_RDONLY))
+        except OSError:
+            return cls(-1)
+
+    def raw(self) -> bytes:
+        """The counter's line as read (b"" where it cannot be read)."""
+        if self.fd < 0:
+            return b""
+        try:
+            return os.pread(self.fd, 64, 0)
+        except OSError:
+            return b""
+
+    @staticmethod
+    def parse(raw: bytes) -> int | None:
+        try:
+            return int(raw.split()[1])
+        except (ValueError, IndexError):
+            return None
+
+    def read(self) -> int | None:
+        return self.parse(self.raw())
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        # A body never read nor closed (a response dropped unread): its handle goes with it.
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def note_queued(
+    record: WireRecord, queue: RunQueueWait, index: int, since: bytes, away: int
+) -> bytes:
+    """Read `index` has just arrived, more than `WAIT_NS` after the one before: read the
+    counter (the new `since`, returned), and when the consumer had been away over `AWAY_NS`
+    before asking for it, note how long its thread waited for a CPU since the last reading
+    (`since`: before the absence, or at the headers)."""
+    now = queue.raw()
+    if away > AWAY_NS:
+        before, after = RunQueueWait.parse(since), RunQueueWait.parse(now)
+        if before is not None and after is not None and after >= before:
+            record.queued.append((index, after - before))
+    return now
+
+
+def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
+    """The body's run-queue reader, for the thread that iterates it (it was opened with the
+    headers, normally in the same thread; a body handed to another thread reopens, and the
+    absence before its first read goes without a reading). One that reads nothing (`fd` -1)
+    for a body on an injected clock."""
+    reader = body._queue
+    if reader is None:
+        return RunQueueWait(-1)
+    if reader.thread == threading.get_ident():
+        return reader
+    reader.close()
+    body._queue = reader = RunQueueWait.open()
+    body._since = b""
+    return reader
+
+
 class TimedBody:
     """A body stamped as the consumer reads it: each chunk when the consumer asked for it and
     when it arrived. A binding subclasses it with its library's stream base class.
 
     `__iter__` is the generator itself, not a function it calls: a generator method runs the
     loop ~5 ns per chunk faster than a module-level generator function (CPython 3.11, measured
-    against the same bytecode)."""
+    against the same bytecode).
+
+    Where the consumer was away longer than `AWAY_NS` before asking for a chunk, the loop also
+    notes how much of the time since the last reading its thread spent waiting for a CPU
+    (`note_queued`): a busy machine, which `metrics` tells apart from a slow test body. The
+    counter is read (unparsed, one `pread`) on every chunk that arrived more than `WAIT_NS`
+    after the one before: after a long absence, and after a read that waited for its data,
+    where the next absence may start. A chunk that came sooner had neither, and the next reading
+    spans it: nothing to wait for a CPU in 0.3 ms but a preemption, which would have made the
+    chunk late. A consumer that is behind finds its data buffered and pays one comparison a
+    chunk."""
 
     def __init__(self, chunks: Iterable[bytes], record: WireRecord, clock: Clock) -> None:
         self._chunks = chunks
         self._record = record
         self._clock = clock
+        # Opened here, with the headers (the absence before the first read starts now); only on
+        # the clock the scheduler's counter shares (an injected clock's gaps are not ns).
+        self._queue = RunQueueWait.open() if clock is time.perf_counter_ns else None
+        self._since = b"" if self._queue is None else self._queue.raw()
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
         reads = record.reads
         chunks = iter(self._chunks)
         room, cost = record.keep_limit, READ_COST
+        queue = _queue_reader(self)
+        fd = queue.fd
+        since, slow, away = self._since, WAIT_NS, AWAY_NS
+        cpu_time = time.thread_time_ns
+        previous = record.t_headers_ns or clock()
         try:
             while True:
                 # Stored as well: a read still in flight when the test ends is seen (+1 store).
                 record.t_asked_ns = asked = clock()
+                # After an absence, the read's own CPU time (see `WireRecord.read_cpu`): one test
+                # a chunk, two clock_gettime calls an absence.
+                cpu = cpu_time() if asked - previous > away and fd >= 0 else -1
                 try:
                     chunk = next(chunks)
                 except StopIteration:
                     break
                 arrived = clock()
+                if cpu >= 0:
+                    record.read_cpu.append((len(reads), cpu_time() - cpu))
+                # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
+                # last one can end a long absence or start one after waiting (see the class).
+                if arrived - previous > slow and fd >= 0:
+                    since = note_queued(record, queue, len(reads), since, asked - previous)
+                previous = arrived
                 # The keep limit: a subtraction and a test per chunk (+0.11 us measured against
                 # the loop without it, docs/performance.md §8), a call past it.
                 room -= len(chunk) + cost
@@ -195,26 +307,36 @@ class TimedBody:
         except Exception as exc:
             note_error(record, exc, clock)
             raise
+        finally:
+            queue.close()
         record.t_eof_ns = clock()
 
     def close(self) -> None:
         """Stamp the close; the binding then closes the body being read."""
         note_closed(self._record, self._clock)
+        if self._queue is not None:
+            self._queue.close()
 
 
 class AsyncTimedBody:
-    """The async `TimedBody`."""
+    """The async `TimedBody` (the consumer's thread is the loop's)."""
 
     def __init__(self, chunks: AsyncIterable[bytes], record: WireRecord, clock: Clock) -> None:
         self._chunks = chunks
         self._record = record
         self._clock = clock
+        self._queue = RunQueueWait.open() if clock is time.perf_counter_ns else None
+        self._since = b"" if self._queue is None else self._queue.raw()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         record, clock = self._record, self._clock
         reads = record.reads
         chunks = self._chunks.__aiter__()
         room, cost = record.keep_limit, READ_COST
+        queue = _queue_reader(self)
+        fd = queue.fd
+        since, slow = self._since, WAIT_NS
+        previous = record.t_headers_ns or clock()
         try:
             while True:
                 # Stored as well: a read still in flight when the test ends is seen (+1 store).
@@ -224,6 +346,9 @@ class AsyncTimedBody:
                 except StopAsyncIteration:
                     break
                 arrived = clock()
+                if arrived - previous > slow and fd >= 0:
+                    since = note_queued(record, queue, len(reads), since, asked - previous)
+                previous = arrived
                 room -= len(chunk) + cost
                 if room >= 0:
                     reads.append((asked, arrived, chunk))
@@ -235,11 +360,15 @@ class AsyncTimedBody:
         except BaseException as exc:  # CancelledError included: the call did not finish
             note_error(record, exc, clock)
             raise
+        finally:
+            queue.close()
         record.t_eof_ns = clock()
 
     async def aclose(self) -> None:
         """Stamp the close; the binding then closes the body being read."""
         note_closed(self._record, self._clock)
+        if self._queue is not None:
+            self._queue.close()
 
 
 # ---- read-ahead ----------------------------------------------------------------------------------
@@ -349,38 +478,6 @@ class AsyncReadAhead:
 # ---- the event-loop lag monitor ------------------------------------------------------------------
 
 
-class _RunQueueWait:
-    """The calling thread's time spent runnable but waiting for a CPU (Linux schedstat's
-    run_delay, ns), read from /proc/thread-self/schedstat (~1.3 µs a read, once a tick). `read`
-    gives None where the kernel does not expose it: every lateness then counts as the loop's."""
-
-    __slots__ = ("_fd",)
-
-    def __init__(self, fd: int | None) -> None:
-        self._fd = fd
-
-    @classmethod
-    def open(cls) -> _RunQueueWait:
-        try:
-            return cls(os.open("/proc/thread-self/schedstat", os.O_RDONLY))
-        except OSError:
-            return cls(None)
-
-    def read(self) -> int | None:
-        if self._fd is None:
-            return None
-        try:
-            os.lseek(self._fd, 0, os.SEEK_SET)
-            return int(os.read(self._fd, 128).split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 class LagMonitor:
     """The lag monitor of one event loop (see the module docstring). It must not reference its
     loop: it is the value of a WeakKeyDictionary keyed by that loop."""
@@ -402,7 +499,7 @@ class LagMonitor:
 
     async def _run(self, log: LoopLag) -> None:
         clock = time.perf_counter_ns
-        waited = _RunQueueWait.open()
+        waited = RunQueueWait.open()
         tick_s = LAG_TICK_NS / 1e9
         ticks = 0
         try:

@@ -2,14 +2,14 @@
 
 Owns the findings (DESIGN.md's stable kinds: prefill_bound, decode_bound, unstable_prefix,
 below_cache_minimum, cache_fields_absent, serial_independent_calls, consumer_bound,
-client_saturated, too_few_samples), their titles and order, the thresholds every check reads, the
-derived numbers they rest on (the prefill/decode split and its leaning, the prefill cost fit, how
-far a sample's calls overlap), the what-ifs (fan-out to K parallel calls, hedging) and their
-short terminal rendering. Everything is computed from a test's `pools.Pool` (or a group's pooled
-calls); the result file and the report print these numbers and never recompute them. Pure
-functions, no state. May import the stdlib, `stats`, `budgets`, `metrics`, `calls`, `pools` and
-`verdicts` (the `Judgement` type, and how many values a budget needs); never pytest. See
-docs/diagnosis.md.
+client_saturated, too_few_samples; and cpu_starved, issue #14), their titles and order, the
+thresholds every check reads, the derived numbers they rest on (the prefill/decode split and its
+leaning, the prefill cost fit, how far a sample's calls overlap), the what-ifs (fan-out to K
+parallel calls, hedging) and their short terminal rendering. Everything is computed from a test's
+`pools.Pool` (or a group's pooled calls); the result file and the report print these numbers and
+never recompute them. Pure functions, no state. May import the stdlib, `stats`, `budgets`,
+`metrics`, `calls`, `pools` and `verdicts` (the `Judgement` type, and how many values a budget
+needs); never pytest. See docs/diagnosis.md.
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
 `_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
@@ -28,6 +28,7 @@ from pytest_latency.diagnose._finding import (
     CACHE_MIN_TOKENS,
     CLIENT_SATURATED,
     CONSUMER_BOUND,
+    CPU_STARVED,
     DECODE_BOUND,
     DEFAULTS,
     KINDS,
@@ -80,6 +81,7 @@ __all__ = [
     "CACHE_MIN_TOKENS",
     "CLIENT_SATURATED",
     "CONSUMER_BOUND",
+    "CPU_STARVED",
     "DECODE_BOUND",
     "FAN_OUT_KS",
     "HEDGE_PERCENTILES",
@@ -158,6 +160,19 @@ def diagnose_calls(
                 "client, not the server; spread concurrent streams over pytest-xdist workers or "
                 "move CPU work out of the streaming loop",
                 {"calls": len(saturated), "of": len(calls), "loop_lag_max_ms": round(worst, 1)},
+            )
+        )
+    starved = [c for c in calls if c.cpu_starved]
+    if starved:
+        found.append(
+            Finding(
+                CPU_STARVED,
+                f"{len(starved)} of {len(calls)} calls were held back by a busy machine: the "
+                "process waited for a CPU while they streamed (other processes, or more "
+                "pytest-xdist workers than cores), so their token timings show the machine's "
+                "delays, not the server's; the test's code is not the cause (run on a quieter "
+                "machine, or with fewer workers)",
+                {"calls": len(starved), "of": len(calls)},
             )
         )
     return found

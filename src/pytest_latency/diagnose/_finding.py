@@ -21,6 +21,7 @@ CACHE_FIELDS_ABSENT: Final = "cache_fields_absent"
 SERIAL_INDEPENDENT_CALLS: Final = "serial_independent_calls"
 CONSUMER_BOUND: Final = "consumer_bound"
 CLIENT_SATURATED: Final = "client_saturated"
+CPU_STARVED: Final = "cpu_starved"
 TOO_FEW_SAMPLES: Final = "too_few_samples"
 # The stable kinds with their readable titles, in the order readers are shown them: the levers
 # first, the caveats last (docs/diagnosis.md).
@@ -33,6 +34,7 @@ TITLES: Final[Mapping[str, str]] = {
     CACHE_FIELDS_ABSENT: "Cache fields absent",
     CONSUMER_BOUND: "Consumer-bound calls",
     CLIENT_SATURATED: "Client saturated",
+    CPU_STARVED: "Busy machine",
     TOO_FEW_SAMPLES: "Too few samples",
 }
 KINDS: Final = tuple(TITLES)

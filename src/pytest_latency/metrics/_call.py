@@ -1,9 +1,9 @@
 """Per-call metrics: one `WireRecord` in, one `CallMetrics` out.
 
 Owns the definitions of the per-call metrics (ttfb, ttft, ttfo, e2e, tpot, itl), the error kinds
-a call can end with, the incomplete/opaque/capped/consumer-bound/client-saturated flags (their
-names, wording and policy are `catalogue.FLAG_SPECS`) and the plain-data form that travels on
-test reports. Pure and deterministic; may import only the stdlib, `pytest_latency.wire`,
+a call can end with, the incomplete/opaque/capped/consumer-bound/client-saturated/cpu-starved
+flags (their names, wording and policy are `catalogue.FLAG_SPECS`) and the plain-data form that
+travels on test reports. Pure and deterministic; may import only the stdlib, `pytest_latency.wire`,
 `pytest_latency.untrusted`, `pytest_latency.catalogue` and its sibling private modules (never
 pytest, never httpx).
 See docs/metrics.md.
@@ -31,13 +31,14 @@ from pytest_latency.metrics._scan import json_object as _json_object
 from pytest_latency.metrics._scan import scan_body, scan_error
 from pytest_latency.metrics.apis import REASONING, UNKNOWN
 from pytest_latency.untrusted import safe_token
-from pytest_latency.wire import DECODED_LIMIT, READ_COST, LoopLag, WireRecord
+from pytest_latency.wire import AWAY_NS, DECODED_LIMIT, READ_COST, WAIT_NS, LoopLag, WireRecord
 
-# Consumer-bound detector (sdk-findings §3.5): a read that returned in under 0.3 ms after the
-# consumer had been away for over 1 ms found its data already buffered, so its stamp is when the
-# test asked, not when the server sent. A buffered read still costs 0.12–0.2 ms in httpcore+h11.
-CONSUMER_WAIT_NS = 300_000
-CONSUMER_AWAY_NS = 1_000_000
+# Consumer-bound detector (sdk-findings §3.5): a read that waited under `wire.WAIT_NS` (0.3 ms; its
+# wall time less its own CPU time through the HTTP stack, `WireRecord.read_cpu`) after the consumer
+# had been away for over `wire.AWAY_NS` (1 ms) found its data already buffered, so its stamp is when
+# the test asked, not when the server sent. The away time counts less what the consuming thread
+# spent waiting for a CPU (`WireRecord.queued`): that absence is a busy machine's (`cpu_starved`),
+# not the test body's.
 # A call is consumer-bound when more than 10 % of its content chunks (and at least 2) are: one or
 # two flags are usually the tail events buffered behind the last token.
 CONSUMER_BOUND_FRACTION = 0.10
@@ -115,6 +116,10 @@ class CallMetrics:
     # this call was in flight, in ms; None for sync calls and where no loop monitor ran.
     loop_lag_max_ms: float | None = None
     client_saturated: bool = False
+    # The stamps were held back by a busy machine, not by the client: the consumer's absences
+    # that would make the call consumer-bound, or the loop lag that would make it saturated,
+    # were (mostly) its thread waiting for a CPU (docs/metrics.md, "A busy machine").
+    cpu_starved: bool = False
     # Prompt and output text, only with --latency-capture-text=N (capped at N characters each);
     # None by default, so no text reaches the outputs.
     prompt_text: str | None = None
@@ -127,7 +132,8 @@ class CallMetrics:
     @property
     def flagged(self) -> tuple[str, ...]:
         """Why this call's timings do not measure the server, if they do not: its set flags of
-        `catalogue.DISTORTING_FLAGS` (consumer_bound, client_saturated, capped), in that order."""
+        `catalogue.DISTORTING_FLAGS` (consumer_bound, client_saturated, capped, cpu_starved), in
+        that order."""
         return tuple(name for name in DISTORTING_FLAGS if getattr(self, name))
 
     @property
@@ -295,7 +301,16 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     reads_with_content = sorted({read for _, read, _ in content})
     # Read-ahead stamps arrivals in its own thread or task: the consumer's pace is not in them.
     paced_by_consumer = not (record.prefetched or record.read_ahead)
-    flagged = _consumer_bound_chunks(record, reads_with_content) if paced_by_consumer else 0
+    pace = _consumer_pace(record, reads_with_content) if paced_by_consumer else _Pace()
+    consumer_bound = pace.bound(len(reads_with_content), own=True)
+    # Held back as much, but by waiting for a CPU: the machine's doing, said so.
+    consumer_starved = not consumer_bound and pace.bound(len(reads_with_content), own=False)
+    if consumer_starved:
+        scan.note(
+            f"cpu_starved: {pace.starved_chunks} chunks were found buffered after the test had "
+            f"been away {pace.starved_away_ns / 1e6:.0f} ms, {pace.starved_queued_ns / 1e6:.0f} "
+            "ms of it waiting for a CPU: a busy machine, not the test body"
+        )
 
     error, detail = scan_error(record, scan, capped=capped)
     output_pieces = scan.output.pieces()
@@ -303,7 +318,10 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     t_end = _t_end(record)
     lags = None if record.loop_lag is None else _loop_lag_max_ms(record.loop_lag, t0, t_end)
     lag_ms, own_lag_ms = lags if lags is not None else (None, None)
-    if lag_ms is not None and own_lag_ms is not None and own_lag_ms <= SATURATED_LAG_MS < lag_ms:
+    loop_starved = (
+        lag_ms is not None and own_lag_ms is not None and own_lag_ms <= SATURATED_LAG_MS < lag_ms
+    )
+    if loop_starved:
         # Late, but not from the loop's own work: the machine (or another thread holding the
         # GIL) kept the process off the CPU. The client did not saturate; its stamps still
         # carry the wait, so say it.
@@ -344,12 +362,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         # openai SDK's sync Stream stops at [DONE] and closes without reading to EOF).
         incomplete=record.t_eof_ns is None and not scan.terminal,
         opaque=body.opaque is not None,
-        consumer_bound=(
-            flagged >= CONSUMER_BOUND_MIN
-            and flagged > CONSUMER_BOUND_FRACTION * len(reads_with_content)
-        )
-        or (paced_by_consumer and _first_content_late(record, reads_with_content)),
-        consumer_bound_chunks=flagged,
+        consumer_bound=consumer_bound,
+        consumer_bound_chunks=pace.bound_chunks,
         t_start_ns=t0,
         t_end_ns=t_end,
         notes=tuple(scan.notes),
@@ -365,6 +379,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         output_digests=out_digests,
         loop_lag_max_ms=lag_ms,
         client_saturated=own_lag_ms is not None and own_lag_ms > SATURATED_LAG_MS,
+        cpu_starved=consumer_starved or loop_starved,
         prompt_text=prompt_text(payload)[:limit] if limit > 0 and payload is not None else None,
         output_text="".join(output_pieces)[:limit] if limit > 0 else None,
     )
@@ -413,35 +428,71 @@ def _request_fields(payload: dict[str, Any] | None) -> tuple[str | None, bool]:
     return (model if isinstance(model, str) else None), payload.get("stream") is True
 
 
-def _consumer_bound_chunks(record: WireRecord, reads: list[int]) -> int:
-    flagged = 0
+@dataclass(slots=True)
+class _Pace:
+    """What the consumer-bound detector found in a call's reads: the content chunks found
+    buffered after an absence that was the consumer's own (`bound_chunks`), those whose absence
+    was mostly its thread waiting for a CPU (`starved_chunks`, with their away and queued time),
+    and the away time before the first content event, all of it and less that wait."""
+
+    bound_chunks: int = 0
+    starved_chunks: int = 0
+    starved_away_ns: int = 0
+    starved_queued_ns: int = 0
+    first_away_ns: int = 0
+    first_own_ns: int = 0
+
+    def bound(self, content_chunks: int, *, own: bool) -> bool:
+        """Whether the consumer held the call's stamps back: counting only its own absences
+        (`own`), or every absence, the machine's included."""
+        chunks = self.bound_chunks + (0 if own else self.starved_chunks)
+        away = self.first_own_ns if own else self.first_away_ns
+        return (
+            chunks >= CONSUMER_BOUND_MIN and chunks > CONSUMER_BOUND_FRACTION * content_chunks
+        ) or away > FIRST_CONTENT_AWAY_NS
+
+
+def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
+    pace = _Pace()
+    headers = record.t_headers_ns
+    if headers is None:
+        return pace
+    queued = dict(record.queued)
+    cpu = dict(record.read_cpu)
+    all_reads = record.reads
+
+    def waited(index: int) -> int:
+        """How long read `index` waited for its data: its wall time less its own CPU time."""
+        asked, arrived, _ = all_reads[index]
+        return arrived - asked - cpu.get(index, 0)
+
+    def absence(index: int) -> tuple[int, int]:
+        """How long the consumer was away before read `index`, and how much of that was its
+        own (less the wait for a CPU, which cannot exceed the absence)."""
+        previous = all_reads[index - 1][1] if index else headers
+        away = max(all_reads[index][0] - previous, 0)
+        return away, away - min(queued.get(index, 0), away)
+
     for index in reads:
-        asked, arrived, _ = record.reads[index]
-        previous = record.reads[index - 1][1] if index else record.t_headers_ns
-        if previous is None:
+        if waited(index) >= WAIT_NS:
             continue
-        if arrived - asked < CONSUMER_WAIT_NS and asked - previous > CONSUMER_AWAY_NS:
-            flagged += 1
-    return flagged
-
-
-def _first_content_late(record: WireRecord, reads: list[int]) -> bool:
-    """Whether the first content event's stamp is the consumer's pace: the read that brought
-    it found it already buffered, and before asking for it the consumer had been away (between
-    the headers and that read, summed over the reads) longer than FIRST_CONTENT_AWAY_NS. Had
-    the event not been there yet, the read would have waited for it and stamped its arrival."""
-    if not reads or record.t_headers_ns is None:
-        return False
-    first = reads[0]
-    asked, arrived, _ = record.reads[first]
-    if arrived - asked >= CONSUMER_WAIT_NS:
-        return False
-    away = 0
-    previous = record.t_headers_ns
-    for asked, arrived, _ in record.reads[: first + 1]:
-        away += max(asked - previous, 0)
-        previous = arrived
-    return away > FIRST_CONTENT_AWAY_NS
+        away, own = absence(index)
+        if own > AWAY_NS:
+            pace.bound_chunks += 1
+        elif away > AWAY_NS:
+            pace.starved_chunks += 1
+            pace.starved_away_ns += away
+            pace.starved_queued_ns += away - own
+    # Before the first content event, absence adds up: its stamp is ttft. Had the event not been
+    # there yet, the read that brought it would have waited for it and stamped its arrival.
+    if reads:
+        first = reads[0]
+        if waited(first) < WAIT_NS:
+            for index in range(first + 1):
+                away, own = absence(index)
+                pace.first_away_ns += away
+                pace.first_own_ns += own
+    return pace
 
 
 def _t_end(record: WireRecord) -> int:

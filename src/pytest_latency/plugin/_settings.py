@@ -50,9 +50,9 @@ READ_AHEAD_DESC = (
 FLAGGED_DESC = (
     # The flags are catalogue.DISTORTING_FLAGS (not imported here: pytest loads this module in
     # every session); tests/test_saturation.py checks this list against it.
-    "What budgets do with flagged calls (consumer_bound, client_saturated, capped: their timings "
-    "do not measure the server's response): 'keep' (default) judges them like any call, "
-    "'exclude' leaves them out of the timing pools (they stay in counts and reports), 'fail' "
+    "What budgets do with flagged calls (consumer_bound, client_saturated, capped, cpu_starved: "
+    "their timings do not measure the server's response): 'keep' (default) judges them like any "
+    "call, 'exclude' leaves them out of the timing pools (they stay in counts and reports), 'fail' "
     "fails a budgeted test that has any"
 )
 CAPTURE_TEXT_DESC = (
