@@ -16,6 +16,14 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 DOCS = Path(__file__).parent.parent / "docs" / "ci.md"
 
@@ -133,3 +141,89 @@ def test_the_whole_flow_fails_a_slower_pull_request_at_every_step(tmp_path: Path
     assert markdown.startswith("❌ **pytest-latency: 1 of 5 latency budgets failed; ")
     assert "itl.p50 &lt; 8ms" in markdown and "session, shard" not in markdown
     assert (tmp_path / "latency.html").read_text().startswith("<!DOCTYPE html>")
+
+
+# ---- the GitHub Actions workflow -----------------------------------------------------------------
+
+
+def _workflow() -> dict[Any, Any]:
+    text = DOCS.read_text(encoding="utf-8")
+    block = re.search(r"## GitHub Actions\n\n```yaml\n(.*?)```", text, re.S)
+    assert block, "docs/ci.md lost its GitHub Actions workflow"
+    workflow: dict[Any, Any] = yaml.safe_load(block.group(1))
+    return workflow
+
+
+def _step(steps: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    (step,) = [s for s in steps if s.get("name") == name]
+    return step
+
+
+def test_the_github_workflow_runs_the_gate_and_hands_its_files_on(tmp_path: Path) -> None:
+    """The workflow in docs/ci.md, read as YAML as Actions reads it, its steps run here: the gate
+    step's command (plus the simulator, as above) fails the job on a missed budget and writes
+    the files the upload and comment steps name; the comment step's shell line, run with a
+    stand-in `gh`, falls back to a new comment when there is none to edit; every package the
+    install step names is the project or one its own dev extra installs."""
+    workflow = _workflow()
+    # YAML 1.1 reads the bare key `on` as true; Actions reads it as "on".
+    assert workflow.get("on", workflow.get(True)) == "pull_request"
+    steps = workflow["jobs"]["latency"]["steps"]
+
+    install = next(s["run"] for s in steps if str(s.get("run", "")).startswith("pip install"))
+    project = tomllib.loads((DOCS.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    dev = {re.split(r"[<>=\[ ]", d)[0] for d in project["project"]["optional-dependencies"]["dev"]}
+    assert set(shlex.split(install)[2:]) <= {project["project"]["name"]} | dev
+
+    _project(tmp_path)
+    (tmp_path / "budgets.toml").write_text('[session]\nexpect = ["itl.p50 < 1ms"]\n')
+    gate = _step(steps, "Latency gate")
+    assert set(gate["env"]) == {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
+    summary = tmp_path / "step-summary.md"
+    argv = [*shlex.split(gate["run"]), "--latency-sim=instant", "-p", "no:cacheprovider"]
+    assert argv[0] == "pytest"
+    env = {**os.environ, "DECODE_MS": "3.0", "GITHUB_ACTIONS": "true"}
+    env["GITHUB_STEP_SUMMARY"] = str(summary)
+    done = subprocess.run(
+        [sys.executable, "-m", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
+    assert re.search(r"^::error file=budgets\.toml,line=2,.*itl\.p50", done.stdout, re.M), (
+        done.stdout[-2000:]
+    )
+    markdown = (tmp_path / "latency.md").read_text()
+    assert markdown.startswith("❌ **pytest-latency: 1 of 3 latency budgets failed")  # + e2e.max
+    assert markdown in summary.read_text()  # the job summary got the same Markdown
+
+    upload = _step(steps, "Upload the report")
+    assert upload["if"] == "always()"
+    for path in upload["with"]["path"].split():
+        assert (tmp_path / path).stat().st_size > 0, path
+
+    comment = _step(steps, "Comment the summary on the pull request")
+    line = re.sub(r"\$\{\{ github\.event\.pull_request\.number \}\}", "7", comment["run"])
+    assert "${{" not in line
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "gh.log"
+    # No earlier comment to edit: `gh pr comment --edit-last` fails, as the real one does.
+    (bin_dir / "gh").write_text(
+        f'#!/bin/sh\necho "$@" >> {shlex.quote(str(log))}\n'
+        'case "$*" in *--edit-last*) exit 1;; esac\n'
+        'test -s "$5" || exit 2\n'
+    )
+    (bin_dir / "gh").chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    shell = subprocess.run(
+        ["bash", "-c", line], cwd=tmp_path, env={**os.environ, "PATH": path}, timeout=30
+    )
+    assert shell.returncode == 0
+    assert log.read_text().splitlines() == [
+        "pr comment 7 --body-file latency.md --edit-last",
+        "pr comment 7 --body-file latency.md",
+    ]

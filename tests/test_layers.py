@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("verdicts",),
     ("evidence",),
     ("pools", "recording", "capture"),
-    ("calls", "budgets", "policies"),
+    ("calls", "budgets", "policies", "by_hand"),
     ("metrics", "attribution"),
     ("wire", "untrusted", "catalogue", "stats", "units", "histogram", "sim"),
 )

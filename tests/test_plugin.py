@@ -7,6 +7,9 @@ capture, against the built-in simulator.
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -265,7 +268,13 @@ def test_values_recorded_by_hand_show_in_the_summary_row(tester: pytest.Pytester
             latency.record("ttft", 0.35)
         """
     )
-    result = tester.runpytest("-p", "no:randomly")
+    result = tester.runpytest(
+        "-p",
+        "no:randomly",
+        "--latency-json=out.json",
+        "--latency-markdown=out.md",
+        "--latency-report=out.html",
+    )
     result.assert_outcomes(passed=2)
     result.stdout.re_match_lines(
         [
@@ -274,6 +283,25 @@ def test_values_recorded_by_hand_show_in_the_summary_row(tester: pytest.Pytester
             r"test_by_hand.py::test_ttft +1 +0 +0 +350 ms +350 ms .* - +ttft ×1$",
         ]
     )
+    # The result file keeps the counts; the Markdown and the HTML show the same cell.
+    tests = {t["nodeid"]: t for t in json.loads((tester.path / "out.json").read_text())["tests"]}
+    assert tests["test_by_hand.py::test_ttfb"]["recorded"] == {"ttfb": 3}
+    assert tests["test_by_hand.py::test_ttft"]["recorded"] == {"ttft": 1}
+    markdown = (tester.path / "out.md").read_text()
+    assert re.search(r"^\| test \|.*\| verdict \| by hand \|$", markdown, re.M), markdown
+    assert re.search(
+        r"^\| test\\_by\\_hand\.py::test\\_ttfb \|.*\| ttfb ×3 p50 200 ms \|$", markdown, re.M
+    )
+    assert re.search(r"^\| test\\_by\\_hand\.py::test\\_ttft \|.*\| ttft ×1 \|$", markdown, re.M)
+    page = (tester.path / "out.html").read_text()
+    assert "<th>by hand</th>" in page and "<td>ttfb ×3 p50 200 ms</td>" in page
+    # No test recorded by hand: no column anywhere.
+    tester.makepyfile(test_by_hand="def test_plain(latency):\n    pass\n")
+    tester.runpytest("--latency-markdown=out.md", "--latency-report=out.html").assert_outcomes(
+        passed=1
+    )
+    assert "by hand" not in (tester.path / "out.md").read_text()
+    assert "by hand" not in (tester.path / "out.html").read_text()
 
 
 def test_long_parametrize_ids_keep_the_test_name_and_stay_apart(tester: pytest.Pytester) -> None:

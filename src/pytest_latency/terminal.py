@@ -3,9 +3,9 @@
 Owns the layout of the summary for a terminal: fixed-width columns (a "by hand" column when a
 test recorded values itself), node ids cut to fit while the test name stays readable, and the
 budget misses below them. Every figure is read from the test's pool (the same values the result
-file and the report show) and formatted by `units`; nothing is computed here. May import
-`testdata`, `pools`, `verdicts`, `catalogue` and `units`; never pytest (the plugin hands the
-lines to pytest's terminal reporter).
+file and the report show) and formatted by `units` (the "by hand" cell by `by_hand`); nothing is
+computed here. May import `testdata`, `pools`, `verdicts`, `catalogue`, `by_hand` and `units`;
+never pytest (the plugin hands the lines to pytest's terminal reporter).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_latency import units
-from pytest_latency.catalogue import METRICS, POOLED_METRICS
+from pytest_latency.by_hand import HEADER as BY_HAND
+from pytest_latency.by_hand import by_hand_text
 
 if TYPE_CHECKING:
     from pytest_latency.pools import Pool
@@ -59,7 +60,7 @@ def summary_lines(
     # A column for values the tests recorded by hand, when any did: judged like measured
     # values, and shown (a metric without a column of its own by its p50).
     by_hand = [_by_hand(t.pool) for t in tests]
-    headers = _HEADERS + (("by hand",) if any(by_hand) else ())
+    headers = _HEADERS + ((BY_HAND,) if any(by_hand) else ())
     rows = []
     for test, name, manual in zip(tests, names, by_hand, strict=True):
         pool = test.pool
@@ -88,20 +89,8 @@ def summary_lines(
     return lines
 
 
-# The metrics the table has a column for: a value recorded by hand shows in it.
-_COLUMNS = ("ttft", "tpot", "e2e", "turn")
-
-
 def _by_hand(pool: Pool) -> str:
-    """`ttfb ×3 p50 200 ms, ttft ×3`: each metric the test recorded by hand (kept samples), how
-    many values, and for a metric without a column its p50 (over all the test's values of it)."""
-    parts = []
-    for metric, count in pool.manual_counts().items():
-        text = f"{metric} ×{count}"
-        if metric not in _COLUMNS and metric in POOLED_METRICS:
-            text += f" p50 {units.value(METRICS[metric].unit, pool.percentile(metric, 50))}"
-        parts.append(text)
-    return ", ".join(parts)
+    return by_hand_text(pool.manual_counts(), lambda metric: pool.percentile(metric, 50))
 
 
 def _cache_thresholds(test: TestData) -> tuple[float, ...]:

@@ -4,8 +4,8 @@ Owns the Markdown layout and the escaping of everything that came from the run (
 arbitrary parametrize ids: `|` would split a table cell, `<script>` would reach the page as HTML
 on some renderers, `*`/`_`/`` ` `` would restyle the text), and the short diagnosis and errors
 sections (one line per finding kind for failing or flagged tests; failed calls by error kind).
-May import `results` and its siblings `_diagnosis` and `_view` (`cache_text`, the cache cell the
-HTML report shows too); never jinja2.
+May import `results`, `by_hand` (the "by hand" cell) and its siblings `_diagnosis` and `_view`
+(`cache_text`, the cache cell the HTML report shows too); never jinja2.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_latency import units as fmt
+from pytest_latency.by_hand import HEADER as BY_HAND
+from pytest_latency.by_hand import by_hand_of_entry
 from pytest_latency.report import _diagnosis as diag
 from pytest_latency.report._view import cache_text
 from pytest_latency.results import (
@@ -150,8 +152,11 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         order = {"fail": 0, "regressed": 1, "inconclusive": 2}
         shown = sorted(tests, key=lambda t: order.get(_test_verdict(t), 3))
         figures = ("ttft p50", "ttft p95", "tpot p50", "e2e p95", "turn p95", "cache")
+        # A "by hand" column when any test recorded values itself, as in the terminal.
+        by_hand = [by_hand_of_entry(t) for t in shown[:MAX_ROWS]]
+        extra = (BY_HAND,) if any(by_hand) else ()
         lines += _table(
-            ("test", "n", *figures, "verdict"),
+            ("test", "n", *figures, "verdict", *extra),
             [
                 (
                     escape(t["nodeid"]),
@@ -163,8 +168,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "turn", "p95"),
                     cache_text(t),
                     _test_verdict(t),
+                    *((escape(hand) or fmt.ABSENT,) if extra else ()),
                 )
-                for t in shown[:MAX_ROWS]
+                for t, hand in zip(shown[:MAX_ROWS], by_hand, strict=True)
             ],
         )
         if len(tests) > MAX_ROWS:

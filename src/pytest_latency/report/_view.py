@@ -6,8 +6,8 @@ statements (time split, cache, fan-out or serial), findings, what-ifs and errors
 tests get full charts (failing budgets first; the number is capped so the report's size does not
 grow with the run), the rollups and the environment. Everything here is plain text and numbers:
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
-helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads) and its
-siblings; never jinja2.
+helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads),
+`by_hand` (the "by hand" cell) and its siblings; never jinja2.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_latency import units as fmt
+from pytest_latency.by_hand import by_hand_of_entry
 from pytest_latency.catalogue import FLAG_SPECS
 from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
@@ -79,6 +80,7 @@ class TestRow:
     tpot_p50: str
     e2e_p95: str
     turn_p95: str
+    by_hand: str  # values the test recorded itself (`by_hand`), "" when none
     prefill_share: str
     cache: str
     verdict: str  # pass | fail | inconclusive | none
@@ -143,6 +145,11 @@ class ReportView:
     groups: tuple[GroupRow, ...]
     group_charts: tuple[charts.Chart, ...]
     environment: tuple[tuple[str, str], ...]
+
+    @property
+    def by_hand_column(self) -> bool:
+        """The tests table has a "by hand" column when any test recorded values itself."""
+        return any(t.by_hand for t in self.tests)
 
 
 def _stat(block: Mapping[str, Any] | None, key: str) -> str:
@@ -574,6 +581,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             tpot_p50=_stat(_metric(test, "tpot"), "p50"),
             e2e_p95=_stat(_metric(test, "e2e"), "p95"),
             turn_p95=_stat(_metric(test, "turn"), "p95"),
+            by_hand=by_hand_of_entry(test),
             prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
             cache=cache_text(test),
             verdict=_test_verdict(test),

@@ -247,6 +247,9 @@ def _test_entry(test: TestData) -> dict[str, Any]:
         "findings": json_safe([f.to_dict() for f in findings]),
         "what_ifs": json_safe(figures["what_ifs"], digits=7),
     }
+    recorded = pool.manual_counts()
+    if recorded:  # values recorded by hand (kept samples), by metric, in the order recorded
+        entry["recorded"] = dict(recorded)
     return entry
 
 

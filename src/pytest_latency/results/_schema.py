@@ -132,6 +132,7 @@ class TestEntry(TypedDict):
     what_ifs: dict[str, Any]
     shard: NotRequired[int]
     regressions: NotRequired[list[str]]  # metrics the baseline comparison found slower
+    recorded: NotRequired[dict[str, int]]  # values recorded by hand, by metric (`by_hand`)
 
 
 class Rollup(TypedDict):

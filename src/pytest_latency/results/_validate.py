@@ -421,6 +421,7 @@ _TEST: Final = _obj(
         "what_ifs": _obj({"e2e": _WHAT_IF, "ttft": _WHAT_IF, "calls_per_sample": _STEPS}),
         "shard": _count,
         "regressions": _list(_str),
+        "recorded": _COUNTS,
     },
     required=("nodeid", "metrics"),
 )
