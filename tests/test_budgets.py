@@ -358,6 +358,7 @@ def test_every_catalogue_metric_is_accepted() -> None:
             Dimension.RATIO: "50%",
             Dimension.TOKENS: "10 tok",
             Dimension.COUNT: "3",
+            Dimension.MONEY: "$0.01",
         }[spec.dimension]
         e = parse(f"{spec.name}{stat} < {number}")
         assert e.metric == spec.name
@@ -490,6 +491,10 @@ def valid_expressions(draw: st.DrawFn) -> tuple[str, Expectation]:
             base = number / 100
         else:
             base = number / 100
+    elif spec.dimension is Dimension.MONEY:
+        unit = shown = "usd"
+        number = draw(st.integers(1, 10**5))
+        base = number * 1e6
     else:
         unit = shown = "tok" if spec.dimension is Dimension.TOKENS and draw(st.booleans()) else ""
         number = draw(st.integers(1, 10**9))

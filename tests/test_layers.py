@@ -19,11 +19,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("report", "terminal"),
     ("results",),
-    ("testdata",),
+    ("testdata", "spend"),
     ("diagnose",),
     ("verdicts",),
     ("evidence",),
     ("pools", "recording", "capture"),
+    ("pricing",),
     ("calls", "budgets", "policies", "by_hand"),
     ("metrics", "attribution"),
     ("wire", "untrusted", "catalogue", "stats", "units", "histogram", "sim"),
@@ -41,6 +42,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "anthropic": {"plugin"},
     "openai": {"plugin"},
     "tomli": {"budgets"},  # tomllib's backport for Python 3.10
+    "genai_prices": {"pricing"},  # imported lazily, on the first call priced
     "typing_extensions": {"results"},  # NotRequired, for the type checker only
 }
 
@@ -143,7 +145,9 @@ def test_importing_the_plugin_stays_cheap() -> None:
         "'pytest_latency.diagnose', 'pytest_latency.capture', 'pytest_latency.sim', "
         "'pytest_latency.results', 'pytest_latency.pools', 'pytest_latency.testdata', "
         # dataclass-heavy (~1 ms each to define): loaded with the first call, not with pytest
-        "'pytest_latency.recording', 'pytest_latency.catalogue', 'pytest_latency.wire'"
+        "'pytest_latency.recording', 'pytest_latency.catalogue', 'pytest_latency.wire', "
+        # the price table (pydantic and ~1.6 MB of data, ~0.7 s): loaded with the first report
+        "'pytest_latency.pricing', 'genai_prices', 'pydantic'"
         "} & set(sys.modules); "
         "print(sorted(heavy))"
     )

@@ -19,6 +19,8 @@ import pytest
 
 import pytest_latency.sim  # noqa: F401
 from pytest_latency import units
+from pytest_latency.results import cost_of_block
+from pytest_latency.spend import cost_cell
 
 pytest_plugins = ["pytester"]
 
@@ -125,8 +127,13 @@ def _status(test: dict[str, Any]) -> str:
 def test_terminal_file_html_and_markdown_agree(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_suite=SUITE)
+    # The simulator's model has a price here (budgets.toml's override): a real cost to agree on.
+    Path(pytester.path, "budgets.toml").write_text(
+        '[prices."claude-sim"]\ninput = 1\noutput = 5\ncache_read = 0.1\ncache_write = 1.25\n'
+    )
     result = pytester.runpytest(
         "--latency-sim=instant",
+        "--latency-budget=budgets.toml",
         "--latency-json=out.json",
         "--latency-report=out.html",
         "--latency-markdown=out.md",
@@ -161,20 +168,22 @@ def test_terminal_file_html_and_markdown_agree(pytester: pytest.Pytester) -> Non
             "e2e p95": units.duration(metrics["e2e"]["p95"]),
             "turn p95": units.duration(metrics["turn"]["p95"]),
             "cache": units.ratio(test["cache_read_ratio"]["value"]),
+            "cost": cost_cell(cost_of_block(test["cost"])),
             "verdict": _status(test),
         }
-        # terminal: n calls err ttft50 ttft95 tpot50 e2e95 turn95 cache verdict
+        assert figures["cost"].startswith("$"), figures  # a priced model: a real cost to agree on
+        # terminal: n calls err ttft50 ttft95 tpot50 e2e95 turn95 cache cost verdict
         t = terminal[nodeid]
-        assert [t[0], *t[3:10]] == list(figures.values()), (nodeid, t, figures)
+        assert [t[0], *t[3:11]] == list(figures.values()), (nodeid, t, figures)
         assert t[1] == str(test["call_count"]) and t[2] == str(test["error_count"])
         # HTML: nodeid outcome samples calls errors ttft50 ttft95 tpot50 e2e95 turn95 prefill
-        # cache ...
+        # cache cost flagged findings verdict
         h = html_rows[nodeid]
-        shown = [h[2], h[5], h[6], h[7], h[8], h[9], h[11], h[14]]
+        shown = [h[2], h[5], h[6], h[7], h[8], h[9], h[11], h[12], h[15]]
         assert shown == list(figures.values()), (nodeid, h)
         assert h[10] == units.ratio(test["phase"]["prefill_share"])
-        # Markdown: n ttft50 ttft95 tpot50 e2e95 turn95 cache verdict
-        m = markdown[nodeid]
+        # Markdown: n ttft50 ttft95 tpot50 e2e95 turn95 cache cost verdict
+        m = [c.replace("\\$", "$") for c in markdown[nodeid]]  # `$` escaped: no TeX on GitHub
         assert m == list(figures.values()), (nodeid, m, figures)
 
     # No output contradicts a finding.

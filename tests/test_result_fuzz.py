@@ -203,7 +203,9 @@ def test_hostile_result_files_exit_0_to_2_with_one_line_bounded(
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     # The bombs alone took 2.1 GB, 10^8 expanded values 4 GB: the bound is far below either.
     assert grown_kib < 150 << 10, f"peak RSS grew {grown_kib / 1024:.0f} MiB"
-    assert elapsed < 30, elapsed  # ~5 s here; generous for a loaded 2-core machine
+    # ~5 s here, 36 s beside two CPU hogs and a second test run: the bound catches a blow-up
+    # (a quadratic path, a hang), not a busy machine; the speed target is benchmarks/'.
+    assert elapsed < 120, elapsed
     # The fuzzer reached both sides: files refused, and mutated files still accepted.
     assert outcomes[2] > 100 and outcomes[0] + outcomes[1] > 50, outcomes
     assert len(refused_fields) > 40, sorted(refused_fields)

@@ -311,9 +311,10 @@ def _check_against_truth(test: TestData, truth: list[TruthRecord]) -> list[float
         assert span.turn >= (last - first) / 1000
         excess.append(span.turn / 1000 - (last - first) / 1e6)
     # The client's own work around the calls (building requests, reading the end of a stream,
-    # the sample's start and end): a few ms; 60 ms holds beside other tests on 2 cores, and
-    # still catches a turn that is one call (40 ms short) or every sample (seconds).
-    assert max(excess) < 60, excess
+    # the sample's start and end): a few ms quiet, a median of 30-35 ms and a worst of 70 ms
+    # beside two CPU hogs and another test run on 2 cores. The bounds still catch a turn that
+    # spans every sample (seconds); one that is a call short fails the `>=` above.
+    assert sorted(excess)[len(excess) // 2] < 60 and max(excess) < 150, excess
     return excess
 
 

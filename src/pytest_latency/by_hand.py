@@ -1,6 +1,7 @@
 """Values a test recorded by hand, as the summary rows show them.
 
-Owns the one text every summary (terminal, Markdown, HTML) puts in its "by hand" column: each
+Owns the summary tables' figure columns (`FIGURES`) and the one text every summary (terminal,
+Markdown, HTML) puts in its "by hand" column: each
 metric the test recorded with `latency.record()`/`latency.timer()` (kept samples), how many
 values, and for a metric the tables have no column of their own for, its p50. The counts come
 from `pools.Pool.manual_counts` (the result file keeps them as a test's `recorded`); the p50 is
@@ -15,9 +16,10 @@ from typing import Any
 from pytest_latency import units
 from pytest_latency.catalogue import METRICS, POOLED_METRICS
 
-# The metrics the summary tables have a column for (ttft p50/p95, tpot p50, e2e p95, turn p95):
-# a value recorded by hand for one of them already shows in that column.
-COLUMNS = ("ttft", "tpot", "e2e", "turn")
+# The figure columns of every summary table (terminal, Markdown), in order, and the metrics they
+# show: a value recorded by hand for one of these already shows in its column.
+FIGURES = ("ttft p50", "ttft p95", "tpot p50", "e2e p95", "turn p95", "cache")
+COLUMNS = tuple(dict.fromkeys(f.split()[0] for f in FIGURES if " " in f))
 HEADER = "by hand"
 
 

@@ -28,6 +28,7 @@ class Dimension(enum.Enum):
     TOKENS = "tokens"
     RATIO = "ratio"  # 0..1; budgets may write it as a percentage
     COUNT = "count"
+    MONEY = "money"  # stored in micro-US-dollars (µ$), as times are in µs; budgets write usd or $
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +66,16 @@ class MetricSpec:
 
     @property
     def unit(self) -> str:
-        """The unit the result file writes its values in: `us` for time, `tok` for tokens."""
-        return "tok" if self.dimension is Dimension.TOKENS else "us"
+        """The unit the result file writes its values in: `us` for time, `tok` for tokens,
+        `microusd` (millionths of a US dollar) for money."""
+        if self.dimension is Dimension.TOKENS:
+            return "tok"
+        return "microusd" if self.dimension is Dimension.MONEY else "us"
+
+    @property
+    def takes_sum(self) -> bool:
+        """Whether `.sum` means something: a run's tokens and dollars add up, its times do not."""
+        return self.dimension in (Dimension.TOKENS, Dimension.MONEY) and self.scope is Scope.CALL
 
     @property
     def takes_stat(self) -> bool:
@@ -165,6 +174,14 @@ _SPECS = (
         "prompt tokens written to cache",
         OtelMapping("gen_ai.usage.cache_creation.input_tokens", "{token}", 1.0, kind="attribute"),
     ),
+    # No OTel counterpart (the GenAI conventions price nothing). Priced from the call's usage by
+    # `pricing` (genai-prices, or budgets.toml's [prices]); absent when the model has no price.
+    MetricSpec(
+        "cost",
+        Scope.CALL,
+        Dimension.MONEY,
+        "price of the call's usage: input, output, cache reads and writes",
+    ),
     MetricSpec("cache_read_ratio", Scope.AGGREGATE, Dimension.RATIO, "Σ cache reads / Σ input"),
     MetricSpec("error_rate", Scope.AGGREGATE, Dimension.RATIO, "failed calls / all calls"),
     MetricSpec("calls", Scope.SAMPLE, Dimension.COUNT, "LLM calls made by one sample"),
@@ -175,6 +192,12 @@ _SPECS = (
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+
+# A call's `price_source` (`pricing`): the table that priced it, or why none did.
+PRICED_BY_TABLE = "genai-prices"
+PRICED_BY_OVERRIDE = "budgets.toml"
+NO_PRICE = "no price"  # the model is in neither table
+NO_USAGE = "no usage"  # the response reported no input or output token count
 
 TIME_METRICS = tuple(s.name for s in _SPECS if s.dimension is Dimension.TIME)
 TOKEN_METRICS = tuple(s.name for s in _SPECS if s.dimension is Dimension.TOKENS)

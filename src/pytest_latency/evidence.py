@@ -7,10 +7,12 @@ needs and nothing more, and the rule of how two shards' statistics add (`Evidenc
   back from buckets is within HDR's 0.1 %);
 * `mean`: n, Σx and Σ(x − mean)² (pairwise-updated, so the Student-t bound of the union is
   what the union's values give, to rounding);
-* `min` / `max`: the extreme value and n;
+* `min` / `max`: the extreme value and n; `sum` (tokens, cost): Σx and n;
 * `error_rate`, `good(...)`: hits and n; `retries`: the sum and n; `cache_read_ratio`: Σ reads,
   Σ input and the calls reporting (all exact);
-* nothing in scope: how many calls `--latency-flagged=exclude` left out.
+* nothing in scope: how many calls `--latency-flagged=exclude` left out;
+* for `cost`, how many successful calls in scope had no price (`unknown`): the budget cannot
+  be judged on the priced ones alone.
 
 `gather` decides which calls and values are in scope (filters, flagged calls, failed calls,
 hand-recorded values), once: `verdicts` judges a test from it, and `pytest-latency merge`
@@ -52,7 +54,9 @@ class Evidence:
     `values` (sorted, for a test) or `histogram` (read from a file) for QUANTILE; `n`, `total`
     (Σx) and `squares` (Σ(x − mean)²) for MEAN; `n` and `total` (the extreme) for EXTREME;
     `hits` and `n` for PROPORTION; `total` and `n` for SUM; `hits` (Σ reads), `total` (Σ input)
-    and `n` (calls reporting) for RATIO. `excluded` counts flagged calls left out of scope."""
+    and `n` (calls reporting) for RATIO. `excluded` counts flagged calls left out of scope;
+    `unknown` the successful calls in scope without a value of a metric every call should have
+    (`cost`: a model with no price)."""
 
     kind: str
     n: int = 0
@@ -62,6 +66,7 @@ class Evidence:
     values: stats.SortedValues | None = None
     histogram: LatencyHistogram | None = None
     excluded: int = 0
+    unknown: int = 0
 
     def sample(self) -> Sequence[float]:
         """QUANTILE's values as `stats` estimators take them: the raw values, or a histogram's
@@ -73,13 +78,17 @@ class Evidence:
 
     def merge(self, other: Evidence) -> Evidence:
         """This shard's statistic and another's, as one (same budget, disjoint calls)."""
+        unknown = self.unknown + other.unknown
         if other.kind == NOTHING:
-            return replace(self, excluded=self.excluded + other.excluded)
+            return replace(self, excluded=self.excluded + other.excluded, unknown=unknown)
         if self.kind == NOTHING:
-            return replace(other, excluded=self.excluded + other.excluded)
+            return replace(other, excluded=self.excluded + other.excluded, unknown=unknown)
         if other.kind != self.kind:
             raise ValueError(f"cannot add {self.kind} evidence to {other.kind} evidence")
         excluded = self.excluded + other.excluded
+        return replace(self._merged(other, excluded), unknown=unknown)
+
+    def _merged(self, other: Evidence, excluded: int) -> Evidence:
         if self.kind == QUANTILE:
             merged = LatencyHistogram()
             for part in (self, other):
@@ -128,6 +137,8 @@ class Evidence:
             out.update(hits=self.hits, total=self.total)
         if self.excluded:
             out["excluded"] = self.excluded
+        if self.unknown:
+            out["unknown"] = self.unknown
         return out
 
     @classmethod
@@ -142,6 +153,7 @@ class Evidence:
             squares=float(data.get("squares", 0.0)),
             histogram=histogram,
             excluded=int(data.get("excluded", 0)),
+            unknown=int(data.get("unknown", 0)),
         )
 
 
@@ -150,13 +162,14 @@ def merge_extreme(stat: str, parts: Sequence[Evidence]) -> Evidence:
     present = [p for p in parts if p.kind == EXTREME]
     excluded = sum(p.excluded for p in parts)
     if not present:
-        return Evidence(NOTHING, excluded=excluded)
+        return Evidence(NOTHING, excluded=excluded, unknown=sum(p.unknown for p in parts))
     pick = min if stat == "min" else max
     return Evidence(
         EXTREME,
         n=sum(p.n for p in present),
         total=pick(p.total for p in present),
         excluded=excluded,
+        unknown=sum(p.unknown for p in parts),
     )
 
 
@@ -184,6 +197,8 @@ def _good(final: CallMetrics, expectation: Expectation) -> bool:
 def _of_values(expectation: Expectation, values: stats.SortedValues, excluded: int) -> Evidence:
     if not values:
         return Evidence(NOTHING, excluded=excluded)
+    if expectation.stat == "sum":
+        return Evidence(SUM, n=len(values), total=math.fsum(values), excluded=excluded)
     if expectation.stat == "mean":
         total = math.fsum(values)
         mean = total / len(values)
@@ -228,7 +243,18 @@ def gather(expectation: Expectation, pool: Pool, *, exclude: bool = False) -> Ev
         # whatever the flagged-calls policy: a flagged call's stamps are the client's pace, but
         # the sample still made its calls and took its time.
         return _of_values(expectation, in_scope.values(expectation.metric), 0)
-    return _of_values(expectation, timed.values(expectation.metric), excluded)
+    evidence = _of_values(expectation, timed.values(expectation.metric), excluded)
+    if expectation.metric in PRICED:
+        # A call the price table does not know is not free: count it, so the verdict says the
+        # cost is unknown rather than judging the priced calls alone.
+        unknown = sum(1 for c in timed.ok if metric_value(c, expectation.metric) is None)
+        if unknown:
+            evidence = replace(evidence, unknown=unknown)
+    return evidence
+
+
+# The per-call metrics every successful call has a value of once priced: one without is unknown.
+PRICED = ("cost",)
 
 
 __all__ = [

@@ -20,7 +20,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
 from pytest_latency.calls import Call, ManualValue, SampleSpan, reading
-from pytest_latency.catalogue import POOLED_METRICS
+from pytest_latency.catalogue import NO_PRICE, NO_USAGE, POOLED_METRICS
 from pytest_latency.stats import SortedValues
 
 if TYPE_CHECKING:
@@ -40,6 +40,55 @@ class CacheRatio(NamedTuple):
     @property
     def value(self) -> float | None:
         return self.read_tokens / self.input_tokens if self.input_tokens else None
+
+
+class CostTotals(NamedTuple):
+    """What a pool's successful calls cost, in µ$ (`cost`'s own values summed, so it is what a
+    `cost.sum` budget reads): the priced calls, what their cache reads saved and their writes
+    cost extra, and the calls left unpriced, by model (no price) or for want of usage."""
+
+    cost: float
+    cache_saved: float
+    cache_extra: float
+    priced: int
+    unpriced: dict[str, int]
+    no_usage: int
+
+    @property
+    def net_saved(self) -> float:
+        """What the cache saved less what writing it cost: negative when writes outweigh reads."""
+        return self.cache_saved - self.cache_extra
+
+    def plus(self, other: CostTotals) -> CostTotals:
+        """Two disjoint sets of calls' totals as one (rollups, merged shards)."""
+        unpriced = Counter(self.unpriced)
+        unpriced.update(other.unpriced)
+        return CostTotals(
+            self.cost + other.cost,
+            self.cache_saved + other.cache_saved,
+            self.cache_extra + other.cache_extra,
+            self.priced + other.priced,
+            dict(sorted(unpriced.items())),
+            self.no_usage + other.no_usage,
+        )
+
+
+NO_COST = CostTotals(0.0, 0.0, 0.0, 0, {}, 0)
+
+
+def cost_totals(ok: Iterable[CallMetrics]) -> CostTotals:
+    """What the successful calls `ok` cost (`Pool.cost_totals`, and a rollup's share of calls)."""
+    ok = list(ok)
+    priced = [f for f in ok if f.cost is not None]
+    unpriced = Counter(f.model or "?" for f in ok if f.price_source == NO_PRICE)
+    return CostTotals(
+        math.fsum(f.cost for f in priced if f.cost is not None),
+        math.fsum(f.cost_cache_saved or 0.0 for f in priced),
+        math.fsum(f.cost_cache_extra or 0.0 for f in priced),
+        len(priced),
+        dict(sorted(unpriced.items())),
+        sum(1 for f in ok if f.price_source == NO_USAGE),
+    )
 
 
 class _Part(NamedTuple):
@@ -210,6 +259,11 @@ class Pool:
     def manual_counts(self) -> Counter[str]:
         """How many values the tests recorded by hand (kept ones), by metric."""
         return Counter(m.metric for m in self.manual)
+
+    def cost_totals(self) -> CostTotals:
+        """Σ `cost` over the successful calls (the values a `cost.sum` budget adds: none can be
+        recorded by hand), and the calls without one."""
+        return cost_totals(self.ok)
 
     def cache_ratio(self) -> CacheRatio | None:
         """Σ cache reads / Σ input over the successful calls that reported cache fields."""

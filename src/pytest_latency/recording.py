@@ -17,7 +17,7 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -27,6 +27,7 @@ from pytest_latency.wire import WireRecord
 
 if TYPE_CHECKING:
     from pytest_latency.metrics import CallMetrics
+    from pytest_latency.pricing import Prices
 
 __all__ = ["OUTSIDE", "LatencyRecorder", "Measured", "Recording"]
 
@@ -142,6 +143,9 @@ class Recording:
     `latency.sample()` blocks are ten samples, not eleven with an empty first one."""
 
     nodeid: str
+    # What prices the calls when they are judged or reported (`Router.prices`: the price
+    # table is made then, never on the routing path of a call in flight); None: unpriced.
+    prices: Callable[[], Prices] | None = None
     entries: list[_Entry] = field(default_factory=list)
     manual: list[ManualValue] = field(default_factory=list)
     # The samples that have ended, in order, and the start of the one running now.
@@ -241,6 +245,11 @@ class Recording:
             raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
         if spec.scope is Scope.AGGREGATE:
             raise ValueError(f"{metric!r} is computed over calls and cannot be recorded by hand")
+        if spec.dimension is Dimension.MONEY:
+            raise ValueError(
+                f"{metric!r} is priced from each call's usage and cannot be recorded by hand; "
+                'give a model its price in budgets.toml under [prices."<model>"]'
+            )
         number = _finite(metric, value)
         sample = self.sample
         if sample == _UNNUMBERED:
@@ -260,13 +269,25 @@ class Recording:
             self._grouped, self._grouped_upto = calls, count
         return calls
 
+    def priced(self, calls: tuple[Call, ...]) -> tuple[Call, ...]:
+        """`calls` with their cost stamped (`pricing`). Done here, for the plugin's looks and
+        reports between and after samples, never in `calls()`, which the test body reads
+        (`latency.calls`): the price table's first use imports genai-prices (~0.7 s), which
+        must not land inside a sample's wall time."""
+        if self.prices is None:
+            return calls
+        prices = self.prices()
+        return tuple(
+            Call(c.sample, c.warmup, tuple(prices.stamp(a) for a in c.attempts)) for c in calls
+        )
+
     def measured(self) -> Measured:
-        """Everything this recording holds."""
+        """Everything this recording holds, priced."""
         return Measured(
             self.nodeid,
             self.samples_run,
             self.warmups_run,
-            self.calls(),
+            self.priced(self.calls()),
             tuple(self.manual),
             tuple(self.spans),
         )
@@ -297,7 +318,12 @@ class Recording:
         else:
             calls, _ = _group(entries)
         return Measured(
-            self.nodeid, self.samples_run, self.warmups_run, calls, tuple(manual), tuple(spans)
+            self.nodeid,
+            self.samples_run,
+            self.warmups_run,
+            self.priced(calls),
+            tuple(manual),
+            tuple(spans),
         )
 
 

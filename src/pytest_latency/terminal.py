@@ -1,11 +1,12 @@
 """Terminal output: the latency summary table printed at the end of a run.
 
-Owns the layout of the summary for a terminal: fixed-width columns (a "by hand" column when a
-test recorded values itself), node ids cut to fit while the test name stays readable, and the
-budget misses below them. Every figure is read from the test's pool (the same values the result
-file and the report show) and formatted by `units` (the "by hand" cell by `by_hand`); nothing is
-computed here. May import `testdata`, `pools`, `verdicts`, `catalogue`, `by_hand` and `units`;
-never pytest (the plugin hands the lines to pytest's terminal reporter).
+Owns the layout of the summary for a terminal: fixed-width columns (a "cost" column when any call
+reported usage, a "by hand" column when a test recorded values itself), node ids cut to fit while
+the test name stays readable, the run's spend line and the budget misses below them. Every figure
+is read from the test's pool (the same values the result file and the report show) and formatted
+by `units` (the "by hand" cell by `by_hand`, the cost cell and spend line by `spend`); nothing is
+computed here. May import `testdata`, `pools`, `verdicts`, `by_hand`, `spend` and `units`; never
+pytest (the plugin hands the lines to pytest's terminal reporter).
 """
 
 from __future__ import annotations
@@ -15,26 +16,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_latency import units
+from pytest_latency.by_hand import FIGURES, by_hand_text
 from pytest_latency.by_hand import HEADER as BY_HAND
-from pytest_latency.by_hand import by_hand_text
+from pytest_latency.pools import NO_COST
+from pytest_latency.spend import HEADER as COST
+from pytest_latency.spend import cost_cell, spend_line
 
 if TYPE_CHECKING:
     from pytest_latency.pools import Pool
     from pytest_latency.testdata import TestData
 
-_HEADERS = (
-    "test",
-    "n",
-    "calls",
-    "err",
-    "ttft p50",
-    "ttft p95",
-    "tpot p50",
-    "e2e p95",
-    "turn p95",
-    "cache",
-    "verdict",
-)
+_HEADERS = ("test", "n", "calls", "err", *FIGURES, "verdict")
 
 
 def verdict(test: TestData, *, regressed: bool = False) -> str:
@@ -60,9 +52,13 @@ def summary_lines(
     # A column for values the tests recorded by hand, when any did: judged like measured
     # values, and shown (a metric without a column of its own by its p50).
     by_hand = [_by_hand(t.pool) for t in tests]
-    headers = _HEADERS + ((BY_HAND,) if any(by_hand) else ())
+    # A cost column when any call reported usage (`spend`): Σ per test, a floor where unpriced.
+    costs = [t.pool.cost_totals() for t in tests]
+    priced = any(c.priced or c.unpriced for c in costs)
+    headers = _HEADERS[:-1] + ((COST,) if priced else ()) + _HEADERS[-1:]
+    headers += (BY_HAND,) if any(by_hand) else ()
     rows = []
-    for test, name, manual in zip(tests, names, by_hand, strict=True):
+    for test, name, manual, cost in zip(tests, names, by_hand, costs, strict=True):
         pool = test.pool
         ratio = pool.cache_ratio()
         row = (
@@ -76,12 +72,20 @@ def summary_lines(
             units.duration(pool.percentile("e2e", 95)),
             units.duration(pool.percentile("turn", 95)),
             units.ratio(ratio.value if ratio else None, _cache_thresholds(test)),
+            *((cost_cell(cost),) if priced else ()),
             verdict(test, regressed=test.nodeid in regressed),
         )
-        rows.append(row + ((manual or units.ABSENT,) if len(headers) > len(_HEADERS) else ()))
+        rows.append(row + ((manual or units.ABSENT,) if headers[-1] == BY_HAND else ()))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = [_row(headers, widths)]
-    lines.extend(_row(r, widths) for r in rows)
+    hand = headers[-1] == BY_HAND
+    lines = [_row(headers, widths, hand)]
+    lines.extend(_row(r, widths, hand) for r in rows)
+    total = NO_COST
+    for cost in costs:
+        total = total.plus(cost)
+    spent = spend_line(total)
+    if spent is not None:
+        lines.append(spent)
     misses = [f"  {t.nodeid}: {j.message}" for t in tests for j in t.judgements if not j.passed]
     if misses:
         lines.append("budget misses:")
@@ -102,9 +106,9 @@ def _cache_thresholds(test: TestData) -> tuple[float, ...]:
     )
 
 
-def _row(cells: tuple[str, ...], widths: list[int]) -> str:
+def _row(cells: tuple[str, ...], widths: list[int], by_hand: bool) -> str:
     # Numbers right-aligned; the text columns (the test, and "by hand" after the verdict) left.
-    text = {0, len(_HEADERS)}
+    text = {0, len(cells) - 1} if by_hand else {0}
     return "  ".join(
         c.ljust(w) if i in text else c.rjust(w)
         for i, (c, w) in enumerate(zip(cells, widths, strict=True))

@@ -39,8 +39,24 @@ def percent(share: float | None) -> str:
 
 
 def value(metric_unit: str, number: float | None) -> str:
-    """A metric block's number in its unit (`us` or `tok`)."""
-    return tokens(number) if metric_unit == "tok" else duration(number)
+    """A metric block's number in its unit (`us`, `tok` or `microusd`)."""
+    if metric_unit == "tok":
+        return tokens(number)
+    return money(number) if metric_unit == "microusd" else duration(number)
+
+
+def money(microusd: float | None) -> str:
+    """µ$ → `$0.000350`, `$0.0123`, `$1.23`, `$412`: about three significant digits, never
+    in scientific notation (a cent-fraction must read as one)."""
+    if microusd is None or not math.isfinite(microusd):
+        return ABSENT
+    usd = microusd / 1e6
+    if usd == 0:
+        return "$0"
+    if abs(usd) >= 100:
+        return f"${usd:.0f}"
+    decimals = max(2 - math.floor(math.log10(abs(usd))), 2)
+    return f"${usd:.{decimals}f}"
 
 
 def ratio(value: float | None, thresholds: Iterable[float] = ()) -> str:

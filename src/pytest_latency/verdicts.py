@@ -253,6 +253,8 @@ def judge_evidence(
 
 
 def _judged_evidence(expectation: Expectation, ev: Evidence, confidence: float) -> Judgement:
+    if ev.unknown:
+        return _unknown_values(expectation, ev, confidence)
     if ev.kind == NOTHING:
         if expectation.metric == "cache_read_ratio":
             return _judgement(
@@ -281,6 +283,33 @@ def _judged_evidence(expectation: Expectation, ev: Evidence, confidence: float) 
         return _judged(expectation, stats.mean_estimate_of(ev.n, ev.total, ev.squares, confidence))
     assert expectation.stat is not None  # distribution metrics always carry a stat
     return _judged(expectation, stats.estimate_stat(ev.sample(), expectation.stat, confidence))
+
+
+def _unknown_values(expectation: Expectation, ev: Evidence, confidence: float) -> Judgement:
+    """Some calls in scope have no value (`cost` of a model with no price). A sum or maximum
+    over the rest is a floor of the truth: already over an upper bound, it fails; otherwise the
+    budget cannot be judged, and says why."""
+    known = dataclasses.replace(ev, unknown=0)
+    judged = None if ev.kind == NOTHING else _judged_evidence(expectation, known, confidence)
+    floor = ev.kind == SUM or (ev.kind == EXTREME and expectation.stat == "max")
+    if judged is not None and floor and expectation.op in ("<", "<=") and not judged.passed:
+        return judged
+    estimate = judged.estimate if judged is not None else None
+    message = (
+        f"{expectation.text}: inconclusive — {ev.unknown} of {ev.n + ev.unknown} calls have no "
+        f"{expectation.metric} (no price for their model: see the unpriced_model finding, or "
+        'give one in budgets.toml under [prices."<model>"])'
+    )
+    return Judgement(
+        expectation.text,
+        "inconclusive",
+        False,
+        estimate,
+        None,
+        ev.n,
+        message,
+        expectation,
+    )
 
 
 def _judgement(
@@ -323,8 +352,9 @@ def _apply_policy(judgement: Judgement, expectation: Expectation, policy: str) -
         return judgement
     policy = effective_policy(policy, sampled_sequentially=False)
     if policy == "estimate":
-        assert judgement.estimate is not None
-        passed = expectation.holds(judgement.estimate)
+        # No estimate at all (every call in scope unpriced) holds nothing: it fails.
+        estimate = judgement.estimate
+        passed = estimate is not None and expectation.holds(estimate)
     else:
         passed = policy == "pass"
     note = f" [inconclusive; policy {policy!r}: {'pass' if passed else 'fail'}]"

@@ -25,9 +25,11 @@ from pytest_latency.budgets._expression import (
 )
 from pytest_latency.budgets._file import (
     MAX_SAMPLES,
+    PRICE_KEYS,
     BudgetFile,
     BudgetRule,
     Defaults,
+    PriceOverride,
     load_budget_file,
     parse_budget_file,
 )
@@ -42,6 +44,7 @@ __all__ = [
     "MAX_THRESHOLD",
     "MAX_TOLERANCE",
     "OPS",
+    "PRICE_KEYS",
     "TIME_UNITS",
     "BudgetError",
     "BudgetErrors",
@@ -51,6 +54,7 @@ __all__ = [
     "Defaults",
     "Expectation",
     "Op",
+    "PriceOverride",
     "load_budget_file",
     "parse_budget_file",
     "parse_expectation",

@@ -22,6 +22,7 @@ from pytest_latency.units import decimals_apart, exact_decimals
 __all__ = [
     "FILTER_KEYS",
     "GOOD",
+    "MONEY_UNITS",
     "OPS",
     "TIME_UNITS",
     "VALUE_STOP",
@@ -51,6 +52,9 @@ TIME_UNITS: Final[Mapping[str, float]] = {
     "ms": 1e3,
     "s": 1e6,
 }
+# Micro-US-dollars (how money is stored, `catalogue.Dimension.MONEY`) per unit: `usd`, or a
+# leading `$` (`$0.002`), which the parser records as the unit "$".
+MONEY_UNITS: Final[Mapping[str, float]] = {"usd": 1e6, "$": 1e6}
 # A bare filter value ends at whitespace or at the filter's own punctuation.
 VALUE_STOP: Final = frozenset(",={}'\"")
 
@@ -207,6 +211,8 @@ def _scale(dimension: Dimension, unit: str) -> float:
         return TIME_UNITS[unit]
     if dimension is Dimension.RATIO and unit == "%":
         return 0.01
+    if dimension is Dimension.MONEY:
+        return MONEY_UNITS[unit]
     return 1.0
 
 
@@ -230,6 +236,8 @@ def _format(value: float, dimension: Dimension, unit: str, threshold: float | No
         return f"{number} {unit}"
     if dimension is Dimension.RATIO:
         return f"{number}%" if unit == "%" else number
+    if dimension is Dimension.MONEY and unit == "$":
+        return f"${number}"
     return f"{number} {unit}" if unit else number
 
 

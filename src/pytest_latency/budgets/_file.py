@@ -1,7 +1,9 @@
 """budgets.toml: loading and validating it into a `BudgetFile`, and choosing a test's rules.
 
 Owns `Defaults` (`[defaults]` sampling), `BudgetRule` (one `[[budget]]`: a node-id glob and/or a
-marker, and its expectations), `BudgetFile` (the whole file, with the `[session]` budgets), the
+marker, and its expectations), `PriceOverride` (one `[prices."<model>"]`: a model's price per
+million tokens, for self-hosted models and negotiated rates; `pricing` applies it), `BudgetFile`
+(the whole file, with the `[session]` budgets), the
 file's schema and its limits, and turning every mistake (unreadable, not UTF-8, invalid TOML, a
 wrong key or value, a bad expression) into a `BudgetError` that names `file:line`: every
 mistake of the file, in file order (`BudgetErrors` when there are several), except in text
@@ -37,9 +39,11 @@ else:  # pragma: no cover - exercised on the 3.10 CI job only
 
 __all__ = [
     "MAX_SAMPLES",
+    "PRICE_KEYS",
     "BudgetFile",
     "BudgetRule",
     "Defaults",
+    "PriceOverride",
     "load_budget_file",
     "parse_budget_file",
 ]
@@ -83,6 +87,21 @@ def _glob(nodeid: str, pattern: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class PriceOverride:
+    """`[prices."<model>"]`: US dollars per million tokens for calls whose response names
+    `model`. `input` and `output` are required; a cache price left out is the input price (no
+    discount, no premium), the 1-hour write price left out is the 5-minute one."""
+
+    model: str
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+    cache_write_1h: float | None = None
+    source: str = ""  # `budgets.toml:LINE`, stamped in the result file
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetFile:
     """A loaded `budgets.toml`."""
 
@@ -90,12 +109,16 @@ class BudgetFile:
     defaults: Defaults = Defaults()
     rules: tuple[BudgetRule, ...] = ()
     session: tuple[Expectation, ...] = ()
+    prices: tuple[PriceOverride, ...] = ()
 
     def rules_for(self, nodeid: str, markers: Sequence[str] = ()) -> tuple[BudgetRule, ...]:
         return tuple(r for r in self.rules if r.selects(nodeid, markers))
 
 
-_TOP_KEYS: Final = ("defaults", "budget", "session")
+_TOP_KEYS: Final = ("defaults", "budget", "session", "prices")
+PRICE_KEYS: Final = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+# No model costs a million dollars per million tokens: a larger number is a unit mistake.
+_MAX_PRICE: Final = 1e6
 # A run-away sample count would turn one test into hours of API spend; cap it visibly.
 MAX_SAMPLES: Final = 100_000
 _DEFAULT_KEYS: Final = ("samples", "warmup", "max_samples")
@@ -205,11 +228,15 @@ class _FileReader:
         if "session" in data:
             with self.check():
                 session = self.session(data["session"])
+        prices: list[PriceOverride] = []
+        if "prices" in data:
+            with self.check():
+                prices = self.prices(data["prices"])
         if self.errors:
             # sorted() is stable: errors on one line stay in the order they were found.
             found = [error for _, error in sorted(self.errors, key=lambda e: e[0])]
             raise found[0] if len(found) == 1 else BudgetErrors(found)
-        return BudgetFile(self.path, defaults, tuple(rules), session)
+        return BudgetFile(self.path, defaults, tuple(rules), session, tuple(prices))
 
     def top_level(self, key: str) -> None:
         if key in _DEFAULT_KEYS:
@@ -237,6 +264,52 @@ class _FileReader:
                     self.unknown(key, _SESSION_KEYS, "key in [session]", ("session", key))
         misspelled = len(self.errors) > failed
         return self.expectations(table, ("session",), "[session]", misspelled=misspelled)
+
+    def prices(self, table: Any) -> list[PriceOverride]:
+        if not isinstance(table, dict):
+            self.fail("'prices' must hold one table per model: [prices.\"<model>\"]", ("prices",))
+        found = []
+        for model, entry in table.items():
+            with self.check():
+                found.append(self.price(model, entry))
+        return found
+
+    def price(self, model: str, entry: Any) -> PriceOverride:
+        here: _Path = ("prices", model)
+        if not isinstance(entry, dict):
+            self.fail(
+                f"[prices.{quote(model)}] must be a table of prices per million tokens "
+                f"({', '.join(PRICE_KEYS)})",
+                here,
+            )
+        values: dict[str, float] = {}
+        for key, value in entry.items():
+            with self.check():
+                if key not in PRICE_KEYS:
+                    self.unknown(key, PRICE_KEYS, f"key in [prices.{quote(model)}]", (*here, key))
+                number = value if isinstance(value, (int, float)) else None
+                if isinstance(value, bool) or number is None or not 0 <= number <= _MAX_PRICE:
+                    self.fail(
+                        f"{key} must be US dollars per million tokens, a number 0..{_MAX_PRICE:g}, "
+                        f"got {value!r}",
+                        (*here, key),
+                    )
+                values[key] = float(number)
+        for key in ("input", "output"):
+            with self.check():
+                if key not in entry:
+                    self.fail(
+                        f"[prices.{quote(model)}] needs {key!r} (USD per million tokens)", here
+                    )
+        return PriceOverride(
+            model,
+            values.get("input", 0.0),
+            values.get("output", 0.0),
+            values.get("cache_read"),
+            values.get("cache_write"),
+            values.get("cache_write_1h"),
+            source=self.where(here),
+        )
 
     def unknown(self, key: str, valid: Sequence[str], what: str, path: _Path) -> NoReturn:
         close = difflib.get_close_matches(key, valid, n=1)

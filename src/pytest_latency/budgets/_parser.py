@@ -16,9 +16,9 @@ Grammar (whitespace allowed between tokens)::
     condition   := NAME op threshold                       # a per-call metric, no stat
     filters     := "{" KEY "=" value ("," KEY "=" value)* [","] "}"    # KEY: model endpoint api
     value       := QUOTED | bare token (no space , = { } quotes)
-    stat        := "min" | "max" | "mean" | "p" N              # 0 < N < 100, e.g. p99.9
+    stat        := "min" | "max" | "mean" | "sum" | "p" N      # 0 < N < 100, e.g. p99.9
     op          := "<" | "<=" | ">" | ">="
-    threshold   := NUMBER [UNIT]      # ns us µs ms s | % | tok, as the metric's dimension allows
+    threshold   := ["$"] NUMBER [UNIT]  # ns us µs ms s | % | tok | usd, as the dimension allows
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pytest_latency.budgets._errors import BudgetError
 from pytest_latency.budgets._expression import (
     FILTER_KEYS,
     GOOD,
+    MONEY_UNITS,
     TIME_UNITS,
     VALUE_STOP,
     Condition,
@@ -46,7 +47,10 @@ from pytest_latency.catalogue import METRICS, Dimension, MetricSpec, Scope
 __all__ = ["MAX_EXPRESSION_LENGTH", "MAX_THRESHOLD", "parse_expectation"]
 
 _TIME_UNITS_SHOWN: Final = "ns, us, µs, ms, s"
-_STATS_SHOWN: Final = "p50, p90, p95, p99, p99.9 (any pN with 0 < N < 100), min, max, mean"
+_STATS_SHOWN: Final = (
+    "p50, p90, p95, p99, p99.9 (any pN with 0 < N < 100), min, max, mean, sum (tokens and cost)"
+)
+_MONEY_UNITS_SHOWN: Final = "usd, or a leading $"
 _OPS_SHOWN: Final = "<, <=, >, >="
 
 # Over ~11.6 days (in µs) or a trillion tokens no budget is meaningful: such a number is a typo
@@ -372,7 +376,16 @@ class _Parser:
                 dot,
             )
         name, start = self.name(f"a statistic ({_STATS_SHOWN})")
-        if name in ("min", "max", "mean"):
+        if name == "sum":
+            if not spec.takes_sum:
+                self.fail(
+                    f"sum adds up tokens or cost, not {spec.name} (a {spec.dimension.value} "
+                    "metric): its values do not add to anything a run spends",
+                    start,
+                    start + 3,
+                )
+            stat, percentile = name, None
+        elif name in ("min", "max", "mean"):
             stat = name
             percentile = None
         elif name[0] == "p" and len(name) > 1 and all(c in _DIGITS for c in name[1:]):
@@ -389,7 +402,7 @@ class _Parser:
                 self.fail("write percentiles as p95 or p99.9, not p(95)", start)
             end = start + len(name)
             alias = _STAT_ALIASES.get(name.lower())
-            close = difflib.get_close_matches(name.lower(), ["min", "max", "mean"], n=1)
+            close = difflib.get_close_matches(name.lower(), ["min", "max", "mean", "sum"], n=1)
             hint = f"did you mean {alias!r}? " if alias else ""
             if not hint and close:
                 hint = f"did you mean {close[0]!r}? "
@@ -502,10 +515,24 @@ class _Parser:
         return self.text[start : self.pos], start
 
     def threshold(self, dimension: Dimension, what: str, op: Op) -> _Threshold:
+        self.skip_ws()
+        dollar_at = self.pos if self.peek() == "$" else None
+        if dollar_at is not None:  # `$0.002`: money written the way prices are
+            self.pos += 1
         value, start = self.number()
         number_end = self.pos
         unit, unit_at = self.unit()
         end = self.pos
+        if dollar_at is not None:
+            if dimension is not Dimension.MONEY:
+                self.fail(f"'$' does not fit {what}, a {dimension.value} metric", dollar_at)
+            if unit:
+                self.fail(
+                    f"write '${format_number(value)}' or '{format_number(value)}usd', not both",
+                    dollar_at,
+                    end,
+                )
+            unit, start = "$", dollar_at
         base, unit = self.convert(value, unit, unit_at, dimension, what, (start, number_end))
         if abs(base) > MAX_THRESHOLD:
             cap = "1e12 µs (about 11.6 days)" if dimension is Dimension.TIME else "1e12"
@@ -556,6 +583,16 @@ class _Parser:
             if unit in ("", "tok"):
                 return value, unit
             self.bad_unit(unit, unit_at, unit_end, what, kind, "tok or a bare number")
+        if dimension is Dimension.MONEY:
+            if unit in MONEY_UNITS:
+                return value * MONEY_UNITS[unit], unit
+            if not unit:
+                self.fail(
+                    f"{what} is money; give the threshold a unit ({_MONEY_UNITS_SHOWN}), "
+                    f"e.g. '{format_number(value)}usd' or '${format_number(value)}'",
+                    unit_at,
+                )
+            self.bad_unit(unit, unit_at, unit_end, what, kind, _MONEY_UNITS_SHOWN)
         if unit:
             self.bad_unit(unit, unit_at, unit_end, what, kind, "none (a bare number)")
         return value, ""
@@ -565,7 +602,7 @@ class _Parser:
     ) -> NoReturn:
         if not unit:
             self.unexpected(f"a unit for {what} ({valid})")
-        every = [*TIME_UNITS, "%", "tok"]
+        every = [*TIME_UNITS, "%", "tok", "usd"]
         if unit in every:
             problem = f"{unit!r} does not fit {what}, a {kind} metric"
         else:

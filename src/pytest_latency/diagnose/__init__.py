@@ -2,14 +2,14 @@
 
 Owns the findings (DESIGN.md's stable kinds: prefill_bound, decode_bound, unstable_prefix,
 below_cache_minimum, cache_fields_absent, serial_independent_calls, consumer_bound,
-client_saturated, too_few_samples; and cpu_starved, issue #14), their titles and order, the
-thresholds every check reads, the derived numbers they rest on (the prefill/decode split and its
-leaning, the prefill cost fit, how far a sample's calls overlap), the what-ifs (fan-out to K
-parallel calls, hedging) and their short terminal rendering. Everything is computed from a test's
-`pools.Pool` (or a group's pooled calls); the result file and the report print these numbers and
-never recompute them. Pure functions, no state. May import the stdlib, `stats`, `budgets`,
-`metrics`, `calls`, `pools` and `verdicts` (the `Judgement` type, and how many values a budget
-needs); never pytest. See docs/diagnosis.md.
+client_saturated, too_few_samples; and cpu_starved, issue #14; unpriced_model, #18), their titles
+and order, the thresholds every check reads, the derived numbers they rest on (the prefill/decode
+split and its leaning, the prefill cost fit, how far a sample's calls overlap), the what-ifs
+(fan-out to K parallel calls, hedging) and their short terminal rendering. Everything is computed
+from a test's `pools.Pool` (or a group's pooled calls); the result file and the report print these
+numbers and never recompute them. Pure functions, no state. May import the stdlib, `stats`,
+`budgets`, `metrics`, `calls`, `pools`, `catalogue` (the price sources) and `verdicts` (the
+`Judgement` type, and how many values a budget needs); never pytest. See docs/diagnosis.md.
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
 `_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
@@ -18,9 +18,11 @@ Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (p
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_latency.catalogue import NO_PRICE
 from pytest_latency.diagnose._cache import cache_findings, compares_prefix, first_divergence
 from pytest_latency.diagnose._finding import (
     BELOW_CACHE_MINIMUM,
@@ -35,6 +37,7 @@ from pytest_latency.diagnose._finding import (
     PREFILL_BOUND,
     SERIAL_INDEPENDENT_CALLS,
     TOO_FEW_SAMPLES,
+    UNPRICED_MODEL,
     UNSTABLE_PREFIX,
     Finding,
     Thresholds,
@@ -89,6 +92,7 @@ __all__ = [
     "PREFILL_BOUND",
     "SERIAL_INDEPENDENT_CALLS",
     "TOO_FEW_SAMPLES",
+    "UNPRICED_MODEL",
     "UNSTABLE_PREFIX",
     "FanOutRow",
     "Finding",
@@ -160,6 +164,21 @@ def diagnose_calls(
                 "client, not the server; spread concurrent streams over pytest-xdist workers or "
                 "move CPU work out of the streaming loop",
                 {"calls": len(saturated), "of": len(calls), "loop_lag_max_ms": round(worst, 1)},
+            )
+        )
+    unpriced = Counter(
+        c.model or "?" for c in calls if c.error is None and c.price_source == NO_PRICE
+    )
+    if unpriced:
+        names = ", ".join(f"{model!r} ({n} calls)" for model, n in sorted(unpriced.items()))
+        found.append(
+            Finding(
+                UNPRICED_MODEL,
+                f"no price for {names}: neither genai-prices' table nor budgets.toml knows the "
+                "model, so these calls' cost is absent (not 0) and a cost budget over them is "
+                'inconclusive; give its price per million tokens under [prices."<model>"] '
+                "in budgets.toml (input, output, cache_read, cache_write)",
+                {"models": dict(sorted(unpriced.items())), "calls": sum(unpriced.values())},
             )
         )
     starved = [c for c in calls if c.cpu_starved]

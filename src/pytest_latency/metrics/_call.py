@@ -128,6 +128,15 @@ class CallMetrics:
     # being handed over: the attempts the SDK retried and its back-off. 0 for a first attempt;
     # stamped when attempts are grouped into a call (`calls.Call.of`), never by `call_metrics`.
     waited_us: float = 0.0
+    # The call's price in micro-US-dollars (`cost`), what its cache reads saved and its cache
+    # writes cost extra against plain input, and which table priced it or why none did
+    # (`pricing`: "genai-prices", "budgets.toml", "no price", "no usage"). Stamped by
+    # `pricing.Prices.stamp` once the test's calls are in, never by `call_metrics`: None until
+    # then (and in files written before costs existed).
+    cost: float | None = None
+    cost_cache_saved: float | None = None
+    cost_cache_extra: float | None = None
+    price_source: str | None = None
 
     @property
     def flagged(self) -> tuple[str, ...]:

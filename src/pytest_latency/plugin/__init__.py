@@ -79,6 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     run = RunState()
     config.stash[RUN_KEY] = run
     run.router.text_limit = settings.capture_text
+    if settings.budget_file is not None:
+        run.router.price_overrides = settings.budget_file.prices
     run.outer_sink = set_sink(run.router.route)
     # A worker builds each test's blocks of the result file when the controller will write one
     # (the same options reach every process).

@@ -155,7 +155,16 @@ def run_info(config: pytest.Config, started: datetime.datetime) -> dict[str, Any
         "duration_s": round((now - started).total_seconds(), 3),
         "versions": versions,
         "git": _git(config.rootpath),
+        "prices": _prices(config),
     }
+
+
+def _prices(config: pytest.Config) -> dict[str, Any]:
+    """What priced the run's calls: genai-prices' bundled snapshot and its version, and the
+    budgets.toml overrides (`pricing.PriceTable`)."""
+    from pytest_latency.plugin._state import RUN_KEY
+
+    return config.stash[RUN_KEY].router.prices().table().to_dict()
 
 
 def _git(root: Path) -> dict[str, Any] | None:

@@ -8,7 +8,8 @@ start) go to the session's own recording.
 
 A test's `Recording` is created on its first call, not when it starts: most tests of a suite
 never call an LLM, and pytest loads the plugin for all of them (`recording` itself loads with
-the first call). May import `recording` and `wire`; never pytest.
+the first call). May import `recording`, `pricing`, `budgets` (for types) and `wire`; never
+pytest.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pytest_latency.budgets import PriceOverride
+    from pytest_latency.pricing import Prices
     from pytest_latency.recording import Recording
     from pytest_latency.wire import WireRecord
 
@@ -25,10 +30,12 @@ if TYPE_CHECKING:
 class Router:
     __slots__ = (
         "_lock",
+        "_prices",
         "_session",
         "body_running",
         "body_started_ns",
         "nodeid",
+        "price_overrides",
         "recording",
         "text_limit",
     )
@@ -41,6 +48,9 @@ class Router:
         self.body_running = False
         self.body_started_ns = 0  # when it started: its sample's start, whenever it is made
         self.text_limit = 0  # `--latency-capture-text`: characters of text kept per call
+        # budgets.toml's [prices]; the `Prices` of every recording's calls, made with the first.
+        self.price_overrides: Sequence[PriceOverride] = ()
+        self._prices: Prices | None = None
         self._lock = threading.Lock()
 
     def route(self, record: WireRecord) -> None:
@@ -69,18 +79,28 @@ class Router:
             if self.recording is None and self.nodeid is not None:
                 from pytest_latency.recording import Recording
 
-                created = Recording(self.nodeid)
+                created = Recording(self.nodeid, prices=self.prices)
                 if self.body_running:
                     created.begin_run(warmup=False, started_ns=self.body_started_ns)
                 self.recording = created
             return self.recording
+
+    def prices(self) -> Prices:
+        """What prices the calls: made when a recording first prices its calls, at a look or
+        a report, never inside a call (`pricing` loads then, genai-prices with the first call
+        priced)."""
+        if self._prices is None:
+            from pytest_latency.pricing import Prices
+
+            self._prices = Prices(self.price_overrides)
+        return self._prices
 
     def _outside_tests(self) -> Recording:
         with self._lock:
             if self._session is None:
                 from pytest_latency.recording import Recording
 
-                self._session = Recording("<session>")
+                self._session = Recording("<session>", prices=self.prices)
             return self._session
 
     def begin_plain_run(self) -> None:

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_latency import units as fmt
+from pytest_latency.by_hand import FIGURES, by_hand_of_entry
 from pytest_latency.by_hand import HEADER as BY_HAND
-from pytest_latency.by_hand import by_hand_of_entry
 from pytest_latency.report import _diagnosis as diag
 from pytest_latency.report._view import cache_text
 from pytest_latency.results import (
@@ -27,16 +27,19 @@ from pytest_latency.results import (
     MetricChange,
     budget_status,
     changes_of,
+    cost_of_block,
     p_text,
     session_label,
     test_status,
     verdict_counts,
 )
+from pytest_latency.spend import HEADER as COST
+from pytest_latency.spend import cost_cell, spend_line
 
 MAX_ROWS = 200
 MAX_FINDING_LINES = 40
 MAX_MESSAGE = 180
-_MARKDOWN_SPECIAL = "\\`*_{}[]()#+!|~<>"
+_MARKDOWN_SPECIAL = "\\`*_{}[]()#+!|~<>$"
 # `run.partial`: the HTML report's banner says the same (templates/report.html.jinja).
 PARTIAL_NOTE = (
     "the run was interrupted (Ctrl-C, SIGTERM) or a pytest-xdist worker crashed; tests that had "
@@ -104,6 +107,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         f"inconclusive — {len(tests)} tests, {calls} calls",
         "",
     ]
+    spent = spend_line(cost_of_block(result.get("session", {}).get("cost")))
+    if spent is not None:
+        lines += [escape(spent[0].upper() + spent[1:]), ""]
     failing = [
         (test["nodeid"], b)
         for test in tests
@@ -151,10 +157,14 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         lines += ["### Tests", ""]
         order = {"fail": 0, "regressed": 1, "inconclusive": 2}
         shown = sorted(tests, key=lambda t: order.get(_test_verdict(t), 3))
-        figures = ("ttft p50", "ttft p95", "tpot p50", "e2e p95", "turn p95", "cache")
-        # A "by hand" column when any test recorded values itself, as in the terminal.
+        figures: tuple[str, ...] = FIGURES
+        # A "by hand" column when any test recorded values itself, and a cost column when any
+        # call reported usage, as in the terminal.
         by_hand = [by_hand_of_entry(t) for t in shown[:MAX_ROWS]]
         extra = (BY_HAND,) if any(by_hand) else ()
+        costs = [cost_of_block(t.get("cost")) for t in shown[:MAX_ROWS]]
+        priced = any(c.priced or c.unpriced for c in costs)
+        figures += (COST,) if priced else ()
         lines += _table(
             ("test", "n", *figures, "verdict", *extra),
             [
@@ -167,10 +177,11 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "e2e", "p95"),
                     _stat(t, "turn", "p95"),
                     cache_text(t),
+                    *((escape(cost_cell(cost)),) if priced else ()),
                     _test_verdict(t),
                     *((escape(hand) or fmt.ABSENT,) if extra else ()),
                 )
-                for t, hand in zip(shown[:MAX_ROWS], by_hand, strict=True)
+                for t, hand, cost in zip(shown[:MAX_ROWS], by_hand, costs, strict=True)
             ],
         )
         if len(tests) > MAX_ROWS:

@@ -23,7 +23,14 @@ from pytest_latency.diagnose import leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.results import budget_status, session_label, test_status, verdict_counts
+from pytest_latency.results import (
+    budget_status,
+    cost_of_block,
+    session_label,
+    test_status,
+    verdict_counts,
+)
+from pytest_latency.spend import cost_cell, spend_line
 
 # Full per-test details (statements, tables, what-ifs, four charts: ~25 kB each) for at most this
 # many tests, failing budgets first, then inconclusive ones, then the slowest by e2e p95, so a
@@ -81,6 +88,7 @@ class TestRow:
     e2e_p95: str
     turn_p95: str
     by_hand: str  # values the test recorded itself (`by_hand`), "" when none
+    cost: str  # Σ cost of its calls (`spend.cost_cell`), "" in files from before costs
     prefill_share: str
     cache: str
     verdict: str  # pass | fail | inconclusive | none
@@ -119,6 +127,7 @@ class GroupRow:
     tpot_p50: str
     e2e_p95: str
     cache: str
+    cost: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +159,11 @@ class ReportView:
     def by_hand_column(self) -> bool:
         """The tests table has a "by hand" column when any test recorded values itself."""
         return any(t.by_hand for t in self.tests)
+
+    @property
+    def cost_column(self) -> bool:
+        """The tests and groups tables have a cost column when any call reported usage."""
+        return any(t.cost not in ("", fmt.ABSENT) for t in self.tests)
 
 
 def _stat(block: Mapping[str, Any] | None, key: str) -> str:
@@ -502,7 +516,36 @@ def _group_row(group: Mapping[str, Any], thresholds: Sequence[float]) -> GroupRo
         tpot_p50=_stat(metrics.get("tpot"), "p50"),
         e2e_p95=_stat(metrics.get("e2e"), "p95"),
         cache=cache_text(group, thresholds),
+        cost=_cost(group),
     )
+
+
+def _spend_statement(scope: Mapping[str, Any]) -> Statement | None:
+    spent = spend_line(cost_of_block(scope.get("cost")))
+    if spent is None:
+        return None
+    return Statement("info", "Cost", spent[0].upper() + spent[1:] + ".")
+
+
+def _cost(scope: Mapping[str, Any]) -> str:
+    """A test's or group's cost cell; "" for a file written before costs existed."""
+    block = scope.get("cost")
+    return cost_cell(cost_of_block(block)) if block else ""
+
+
+def _prices(run: Mapping[str, Any]) -> str | None:
+    """What priced the run: `genai-prices 0.2.3 (bundled snapshot); budgets.toml: my-llama`."""
+    prices = run.get("prices")
+    if not isinstance(prices, Mapping):
+        return None
+    text = f"{prices.get('source', '?')} {prices.get('version') or ''}".strip()
+    text += f" ({prices.get('snapshot', '?')} snapshot)"
+    overrides = prices.get("overrides") or {}
+    if overrides:
+        text += "; budgets.toml: " + ", ".join(
+            f"{model} ({where})" for model, where in overrides.items()
+        )
+    return text
 
 
 def _environment(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -520,6 +563,9 @@ def _environment(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     duration = run.get("duration_s")
     rows.append(("duration", f"{duration:.1f} s" if isinstance(duration, float | int) else "–"))
     rows.append(("shards", str(run.get("shards", 1))))
+    prices = _prices(run)
+    if prices is not None:
+        rows.append(("prices", prices))
     return tuple(rows)
 
 
@@ -582,6 +628,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             e2e_p95=_stat(_metric(test, "e2e"), "p95"),
             turn_p95=_stat(_metric(test, "turn"), "p95"),
             by_hand=by_hand_of_entry(test),
+            cost=_cost(test),
             prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
             cache=cache_text(test),
             verdict=_test_verdict(test),
@@ -604,7 +651,9 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         ),
         charts.histogram_chart("All calls: inter-chunk gaps", _buckets(session_metrics.get("itl"))),
     )
-    session_statements = tuple(s for s in (_cache_statement(session, None),) if s is not None)
+    session_statements = tuple(
+        s for s in (_cache_statement(session, None), _spend_statement(session)) if s is not None
+    )
     groups = result.get("groups", {})
     combined = [g for g in groups.values() if "model" in g and "endpoint" in g]
     group_charts = tuple(

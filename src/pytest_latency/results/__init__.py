@@ -13,7 +13,7 @@ May import `testdata`, `pools`, `calls`, `verdicts`, `diagnose`, `budgets`, `his
 
 from __future__ import annotations
 
-from pytest_latency.results._blocks import PERCENTILES
+from pytest_latency.results._blocks import PERCENTILES, cost_of_block
 from pytest_latency.results._budgets import (
     budget_status,
     session_label,
@@ -60,6 +60,7 @@ __all__ = [
     "build_result",
     "changes_of",
     "compare_results",
+    "cost_of_block",
     "describe",
     "describe_rollup",
     "dumps",

@@ -5,7 +5,8 @@ estimator budgets use, plus the values' HDR histogram), a rollup's block (from i
 with the exact integer sum so the mean survives merging), the counters groups and the session add
 up (`Tally`), the flag counts, the cache-ratio block, the `metrics_info` table (units and OTel
 names from the catalogue) and `json_safe` (diagnosis output made strict JSON). May import
-`stats`, `histogram`, `catalogue`, `pools` (the `CacheRatio` type); never pytest.
+`stats`, `histogram`, `catalogue`, `pools` (the `CacheRatio` and `CostTotals` types); never
+pytest.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pytest_latency import stats
 from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, CALL_FLAGS, METRICS
 from pytest_latency.histogram import BucketCounts, LatencyHistogram
-from pytest_latency.pools import CacheRatio
+from pytest_latency.pools import NO_COST, CacheRatio, CostTotals
 from pytest_latency.results._schema import CacheRatioBlock, MetricBlock, OtelBlock
 
 if TYPE_CHECKING:
@@ -148,6 +149,35 @@ class Tally:
         return ratio_block(
             CacheRatio(self.cache_read, self.cache_input, self.calls_reporting_cache)
         )
+
+
+def cost_block(totals: CostTotals) -> dict[str, Any]:
+    """A test's, group's or the session's `cost`: Σ cost of its successful calls and what the
+    cache saved and cost extra (µ$, as the `cost` metric), the calls priced and those not."""
+    return {
+        "unit": METRICS["cost"].unit,
+        "total": totals.cost,
+        "cache_saved": totals.cache_saved,
+        "cache_extra": totals.cache_extra,
+        "net_saved": totals.net_saved,
+        "calls_priced": totals.priced,
+        "unpriced_models": dict(totals.unpriced),
+        "calls_without_usage": totals.no_usage,
+    }
+
+
+def cost_of_block(block: Mapping[str, Any] | None) -> CostTotals:
+    """`cost_block` read back (a merge adds the shards'); a file written before costs: none."""
+    if not block:
+        return NO_COST
+    return CostTotals(
+        float(block.get("total", 0.0)),
+        float(block.get("cache_saved", 0.0)),
+        float(block.get("cache_extra", 0.0)),
+        int(block.get("calls_priced", 0)),
+        {str(k): int(v) for k, v in (block.get("unpriced_models") or {}).items()},
+        int(block.get("calls_without_usage", 0)),
+    )
 
 
 def ratio_block(ratio: CacheRatio | None) -> CacheRatioBlock:

@@ -22,11 +22,12 @@ from pytest_latency import diagnose
 from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS, POOLED_METRICS
 from pytest_latency.histogram import BucketCounts, record_values
 from pytest_latency.policies import DEFAULT_POLICY
-from pytest_latency.pools import cache_ratio, call_values
+from pytest_latency.pools import NO_COST, CostTotals, cache_ratio, call_values, cost_totals
 from pytest_latency.results._blocks import (
     FLAGS,
     HdrPool,
     Tally,
+    cost_block,
     exact_block,
     flag_counts,
     json_safe,
@@ -72,6 +73,7 @@ class _Part:
     flags: Counter[str]
     counts: dict[str, BucketCounts]
     phases: diagnose.PhaseColumns
+    cost: CostTotals = NO_COST
 
     @classmethod
     def empty(cls) -> _Part:
@@ -94,6 +96,7 @@ class _Part:
         self.retried_errors.update(_retried_errors(calls))
         self.flags.update(flag_counts(finals))
         self.tally.add_ratio(cache_ratio(ok))
+        self.cost = self.cost.plus(cost_totals(ok))
         self.phases.add(ok)
         # The values of the successful calls only (hand-recorded values carry no model). Unless
         # one of them came after a retry, an attempt metric's values are its call metric's:
@@ -117,6 +120,7 @@ class _Part:
         self.errors.update(other.errors)
         self.retried_errors.update(other.retried_errors)
         self.flags.update(other.flags)
+        self.cost = self.cost.plus(other.cost)
         for metric, counts in other.counts.items():
             self.counts.setdefault(metric, BucketCounts()).add(counts)
 
@@ -168,6 +172,7 @@ def _rollup_dict(
     out = rollup_dict(
         group.fields, total.tally, total.errors, total.retried_errors, total.flags, metrics
     )
+    out["cost"] = cost_block(total.cost)
     # Findings over the pooled calls (prefill/decode, cache health, consumer-bound); the
     # per-sample checks (serial calls, budgets) stay per test.
     signature = tuple(id(f) for f in group.finals)  # the calls outlive the build
@@ -234,6 +239,7 @@ def _test_entry(test: TestData) -> dict[str, Any]:
         "calls_per_sample": list(pool.calls_per_sample()),
         "metrics": blocks["metrics"],
         "cache_read_ratio": ratio_block(pool.cache_ratio()),
+        "cost": cost_block(pool.cost_totals()),
         "usage_fields": blocks["usage_fields"],
         "phase": _phase(figures["phase"]),
         "concurrency": json_safe(figures["concurrency"]),
@@ -447,6 +453,7 @@ class ResultBuilder:
                 "versions": dict(run.get("versions", {})),
                 "git": run.get("git"),
                 "shards": 1,
+                "prices": run.get("prices"),
             },
             "metrics_info": metrics_info(),
             "tests": list(self._entries),

@@ -15,10 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_latency.catalogue import ATTEMPT_METRICS, BLOCK_METRICS
+from pytest_latency.pools import NO_COST
 from pytest_latency.results._blocks import (
     HdrPool,
     Tally,
     attempt_blocks,
+    cost_block,
+    cost_of_block,
     metrics_info,
     rollup_dict,
     without_repeats,
@@ -154,6 +157,7 @@ def _merge_aggregates(
     retried: Counter[str] = Counter()
     flags: Counter[str] = Counter()
     pools: dict[str, HdrPool] = {}
+    cost = NO_COST
     # The attempt metrics some shard wrote: a shard that left one out had it equal its call
     # metric's block, and adds that.
     attempts = {m for part in parts for m in part["metrics"] if m in ATTEMPT_METRICS}
@@ -169,6 +173,7 @@ def _merge_aggregates(
         errors.update(part.get("errors", {}))
         retried.update(part.get("retried_errors", {}))
         flags.update(part.get("flags", {}))
+        cost = cost.plus(cost_of_block(part.get("cost")))
         for metric, block in attempt_blocks(part["metrics"], attempts).items():
             pool = HdrPool.from_block(block)
             if metric in pools:
@@ -178,6 +183,7 @@ def _merge_aggregates(
     order: list[str] = [m for m in BLOCK_METRICS if m in pools]
     metrics = without_repeats({m: pools[m].block(m) for m in order})
     out = rollup_dict(fields, tally, errors, retried, flags, metrics)
+    out["cost"] = cost_block(cost)
     # Findings need the calls, which a file does not keep: a merged rollup carries each shard's
     # own findings, marked with its `shard` (0-based index among the merged files), and none
     # recomputed. A single file passes through unchanged.
@@ -207,6 +213,7 @@ def _merge_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "versions": dict(first.get("versions", {})),
         "git": first.get("git"),
         "shards": sum(int(r.get("shards", 1)) for r in runs),
+        "prices": first.get("prices"),
     }
 
 

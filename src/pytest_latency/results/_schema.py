@@ -118,6 +118,7 @@ class TestEntry(TypedDict):
     calls_per_sample: list[int]
     metrics: dict[str, MetricBlock]
     cache_read_ratio: CacheRatioBlock
+    cost: NotRequired[dict[str, Any]]  # `_blocks.cost_block`; absent in older files
     usage_fields: dict[str, int]
     phase: PhaseBlock
     concurrency: NotRequired[dict[str, Any] | None]
@@ -148,6 +149,7 @@ class Rollup(TypedDict):
     retried_errors: dict[str, int]
     flags: dict[str, int]
     cache_read_ratio: CacheRatioBlock
+    cost: NotRequired[dict[str, Any]]
     metrics: dict[str, MetricBlock]
     findings: list[FindingEntry]
 
@@ -163,6 +165,7 @@ class RunBlock(TypedDict):
     versions: dict[str, str]
     git: dict[str, Any] | None
     shards: int
+    prices: NotRequired[dict[str, Any] | None]  # `pricing.PriceTable`; absent in older files
 
 
 class ChangeEntry(TypedDict):

@@ -312,6 +312,20 @@ _RATIO_FIELDS: Final[dict[str, _Check]] = {
     "read_tokens": _count,
     "input_tokens": _count,
 }
+# `cost` of a test, group or the session (`_blocks.cost_block`); absent in older files.
+_COST: Final = _obj(
+    {
+        "unit": _str,
+        "total": _NUM,
+        "cache_saved": _NUM,
+        "cache_extra": _NUM,
+        "net_saved": _NUM,
+        "calls_priced": _count,
+        "unpriced_models": _COUNTS,
+        "calls_without_usage": _count,
+    },
+    required=("total", "calls_priced"),
+)
 _HEDGE: Final = _obj(
     {
         "delay_percentile": _NUM,
@@ -365,6 +379,7 @@ _TEST: Final = _obj(
         "calls_per_sample": _list(_count),
         "metrics": _map(_TEST_BLOCK),
         "cache_read_ratio": _obj(_RATIO_FIELDS),
+        "cost": _COST,
         "usage_fields": _COUNTS,
         "phase": _obj(
             {
@@ -465,6 +480,7 @@ _ROLLUP_FIELDS: Final[dict[str, _Check]] = {
     "cache_read_ratio": _obj(
         _RATIO_FIELDS, required=("calls_reporting", "read_tokens", "input_tokens")
     ),
+    "cost": _COST,
     "findings": _list(_FINDING),
 }
 _ROLLUP_REQUIRED: Final = (
@@ -488,6 +504,16 @@ _FILE: Final = _obj(
                     _obj({"commit": _OPT_STR, "branch": _OPT_STR, "dirty": _nullable(_bool)})
                 ),
                 "shards": _count,
+                "prices": _nullable(
+                    _obj(
+                        {
+                            "source": _str,
+                            "version": _OPT_STR,
+                            "snapshot": _str,
+                            "overrides": _map(_str),
+                        }
+                    )
+                ),
             }
         ),
         "metrics_info": _map(_obj({"unit": _str, "otel": _OTEL})),
