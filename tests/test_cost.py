@@ -324,3 +324,24 @@ def test_merge_adds_the_shards_costs(tmp_path: Path, tester: pytest.Pytester) ->
     assert data["session"]["cost"]["total"] == pytest.approx(sum(shards), rel=1e-12)
     assert data["session"]["cost"]["calls_priced"] == 6
     assert data["run"]["prices"]["source"] == "genai-prices"
+
+
+def test_the_service_tier_and_the_one_hour_cache_are_priced_as_the_table_prices_them() -> None:
+    prices = Prices()
+    call = {"api": "openai.chat", "model": "gpt-5", "host": "api.openai.com"}
+
+    def table(tier: str | None) -> float:
+        context = {"service_tier": tier} if tier else None
+        usage = Usage(input_tokens=5000, output_tokens=200)
+        found = calc_price(usage, "gpt-5", provider_id="openai", price_context=context)
+        return float(found.total_price) * 1e6
+
+    for tier, priced_as in (("flex", "flex"), ("priority", "priority"), ("auto", None)):
+        stamped = prices.stamp(_call(**call, service_tier=tier))
+        assert stamped.cost == pytest.approx(table(priced_as)), tier
+    assert table("flex") < table(None) < table("priority")  # the tiers do differ
+    # Anthropic's 1-hour cache write is 2x input, the 5-minute one 1.25x.
+    five = prices.stamp(_call(cache_write_tokens=1000))
+    hour = prices.stamp(_call(cache_write_tokens=1000, cache_write_1h_tokens=1000))
+    assert hour.cost - five.cost == pytest.approx(1000 * (2.0 - 1.25))
+    assert hour.cost_cache_extra == pytest.approx(1000 * 1.0)

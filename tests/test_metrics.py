@@ -76,8 +76,8 @@ def make_record(
     )
 
 
-def anthropic_usage(**fields: int | None) -> dict[str, int | None]:
-    usage: dict[str, int | None] = {
+def anthropic_usage(**fields: Any) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "input_tokens": 12,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 2048,

@@ -46,30 +46,54 @@ USAGE_KEYS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
+# Anthropic's cache writes by TTL, and a service tier (any JSON where a name should be).
+SPLIT = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"]), USAGE_VALUES
+    ),
+    USAGE_VALUES,
+)
+TIER = st.one_of(st.text(max_size=60), USAGE_VALUES)
 USAGE = st.fixed_dictionaries(
     {},
     optional={
         **{key: USAGE_VALUES for key in USAGE_KEYS},
         "prompt_tokens_details": st.dictionaries(st.just("cached_tokens"), USAGE_VALUES),
         "completion_tokens_details": st.dictionaries(st.just("reasoning_tokens"), USAGE_VALUES),
-        "iterations": st.lists(st.dictionaries(st.sampled_from(USAGE_KEYS), USAGE_VALUES)),
+        "iterations": st.lists(
+            st.fixed_dictionaries(
+                {}, optional={**{key: USAGE_VALUES for key in USAGE_KEYS}, "cache_creation": SPLIT}
+            )
+        ),
+        "cache_creation": SPLIT,
+        "service_tier": TIER,
     },
 )
 TEXT = st.text(max_size=40)  # control characters, escapes, surrogate-free unicode
 PAYLOAD = st.one_of(
     st.builds(
-        lambda text, usage, kind: {
+        lambda text, usage, kind, tier: {
             "object": "chat.completion.chunk",
             "model": kind,
             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
             "usage": usage,
+            "service_tier": tier,
         },
         TEXT,
         USAGE,
         TEXT,
+        TIER,
     ),
     st.builds(lambda usage: {"type": "message_delta", "usage": usage}, USAGE),
-    st.builds(lambda usage: {"type": "response.completed", "response": {"usage": usage}}, USAGE),
+    st.builds(
+        lambda usage, tier: {
+            "type": "response.completed",
+            "response": {"usage": usage, "service_tier": tier},
+        },
+        USAGE,
+        TIER,
+    ),
+    st.builds(lambda usage: {"type": "message_start", "message": {"usage": usage}}, USAGE),
     st.builds(
         lambda kind, message: {"type": "error", "error": {"type": kind, "message": message}},
         TEXT,
@@ -107,17 +131,22 @@ def _record(url: str, reads: list[bytes], status: int, content_type: str) -> Wir
 
 def check_call(metrics: CallMetrics) -> None:
     """What a call's metrics hold to whatever the server sent (test_capture_fuzz reads it too)."""
-    for name in ("error", "error_detail", "model"):
+    for name in ("error", "error_detail", "model", "service_tier"):
         value = getattr(metrics, name)
         assert value is None or not CONTROL.search(value), (name, value)
+    assert metrics.service_tier is None or 0 < len(metrics.service_tier) <= 40
     assert all(not CONTROL.search(note) for note in metrics.notes), metrics.notes
     assert len(metrics.notes) <= 21
     for name in ("ttfb", "ttft", "ttfo", "e2e", "tpot"):
         value = getattr(metrics, name)
         assert value is None or math.isfinite(value), (name, value)
-    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+    counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    for name in (*counts, "cache_write_1h_tokens"):
         value = getattr(metrics, name)
         assert value is None or 0 <= value <= 4 * 10**9, (name, value)
+    # The 1-hour writes are a part of all writes, never more, never without them.
+    one_hour, writes = metrics.cache_write_1h_tokens, metrics.cache_write_tokens
+    assert one_hour is None or (writes is not None and one_hour <= writes), (one_hour, writes)
     assert CallMetrics.from_dict(json.loads(json.dumps(metrics.to_dict()))) == metrics
 
 

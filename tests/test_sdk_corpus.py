@@ -6,8 +6,8 @@ and anthropic clients and measured by the plugin's capture.
 Every body goes through every SDK path of its API (sync and async; `create(stream=True)` and the
 stream helpers), each captured with `instrument` and turned into metrics by `call_metrics`, as
 the plugin does in a test. Each call must give the body's facts: the API, the channels, the
-number of content events, every token and cache field, the error kind and whether the call read
-its stream's end, and tpot per generated token.
+number of content events, every token and cache field (the 1-hour cache writes too), the service
+tier, the error kind and whether the call read its stream's end, and tpot per generated token.
 
 One path per body (a different one from body to body) is replayed on a known schedule: the
 events either side of the first content event, the first answer and the last content event are
@@ -69,6 +69,7 @@ TOKENS = (
     "reasoning_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
+    "cache_write_1h_tokens",
 )
 MESSAGES: Any = [{"role": "user", "content": "Replay, please."}]
 
@@ -79,6 +80,7 @@ class Tokens(NamedTuple):
     reasoning_tokens: int | None
     cache_read_tokens: int | None
     cache_write_tokens: int | None
+    cache_write_1h_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Body:
     content_events: int
     channels: tuple[str, ...]
     tokens: Tokens
+    service_tier: str | None
     error: str | None
     complete: bool
 
@@ -126,6 +129,7 @@ class Body:
             content_events=entry["content_events"],
             channels=tuple(entry["channels"]),
             tokens=Tokens(*(count(key) for key in TOKENS)),
+            service_tier=None if entry["service_tier"] == "absent" else entry["service_tier"],
             error=None if entry["error"] == "none" else entry["error"],
             complete=entry["complete"],
         )
@@ -407,6 +411,7 @@ def test_the_corpus_gives_its_facts_through_the_sdks(
         "channels": m.channels,
         "content_events": m.content_events,
         "tokens": Tokens(*(getattr(m, key) for key in TOKENS)),
+        "service_tier": m.service_tier,
         "cache_fields_reported": m.cache_fields_reported,
         "has_ttft": m.ttft is not None,
         "has_ttfo": m.ttfo is not None,
@@ -419,6 +424,7 @@ def test_the_corpus_gives_its_facts_through_the_sdks(
         "channels": body.channels,
         "content_events": body.content_events,
         "tokens": body.tokens,
+        "service_tier": body.service_tier,
         "cache_fields_reported": body.tokens.cache_read_tokens is not None,
         "has_ttft": body.first is not None,
         "has_ttfo": body.answer is not None,
@@ -487,6 +493,19 @@ def test_every_corpus_file_has_its_manifest_entry_and_source() -> None:
     assert any(b.tokens.cache_read_tokens for b in BODIES if b.api == "openai.chat")
     assert any(b.tokens.cache_write_tokens for b in BODIES if b.api == "anthropic.messages")
     assert any(b.tokens.cache_write_tokens for b in BODIES if b.api == "openai.responses")
+    assert any(b.tokens.cache_write_1h_tokens for b in BODIES if b.api == "anthropic.messages")
+    # A tier on every API that names one, and a Responses call whose final tier differs from
+    # response.created's echo of the request.
+    assert {b.api for b in BODIES if b.service_tier} == {
+        "openai.chat",
+        "openai.responses",
+        "anthropic.messages",
+    }
+    assert any(
+        b'"service_tier":"auto"' in (CORPUS / b.file).read_bytes() and b.service_tier == "default"
+        for b in BODIES
+        if b.api == "openai.responses"
+    )
     assert {b.error.split(":")[0] for b in BODIES if b.error} == {"http_429", "http_400"} | {
         "sse_error"
     }

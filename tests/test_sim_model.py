@@ -152,14 +152,22 @@ def test_fingerprint_ignores_transport_fields() -> None:
     assert fingerprint("a", body) != fingerprint("a", {**body, "model": "n"})
 
 
-def _access(cache: PrefixCache, blocks: list[bytes], now: float = 0.0, **kw: int) -> CacheResult:
+def _access(
+    cache: PrefixCache,
+    blocks: list[bytes],
+    now: float = 0.0,
+    capacity_tokens: int = 10_000,
+    long_blocks: int = 0,
+) -> CacheResult:
     return cache.access(
         blocks,
         now_s=now,
         block_tokens=64,
         min_tokens=128,
         ttl_s=10.0,
-        capacity_tokens=kw.get("capacity_tokens", 10_000),
+        capacity_tokens=capacity_tokens,
+        long_blocks=long_blocks,
+        long_ttl_s=100.0,
     )
 
 
@@ -189,6 +197,27 @@ def test_cache_minimum_ttl_and_lru_capacity() -> None:
     assert _access(cache, other, now=13.0, capacity_tokens=4 * 64).read_tokens == 4 * 64
     cache.clear()
     assert len(cache) == 0
+
+
+def test_cache_keeps_the_1h_part_of_a_prefix_for_its_own_ttl() -> None:
+    """The first `long_blocks` blocks (Anthropic's 1-hour breakpoint precedes its 5-minute
+    ones) are written for `long_ttl_s` and counted apart; a hit never shortens a block's TTL."""
+    cache = PrefixCache()
+    blocks = block_hashes("l" * 4 * 64 * 6, 64, 10_000)  # 6 blocks
+
+    def access(now: float, long_blocks: int) -> CacheResult:
+        return _access(cache, blocks, now, long_blocks=long_blocks)  # long_ttl_s 100 s
+
+    first = access(0.0, long_blocks=4)
+    assert (first.read_tokens, first.write_tokens, first.long_write_tokens) == (0, 384, 256)
+    # At 50 s the 5-minute-like blocks have expired and the long ones have not: the read stops
+    # at the long part, the rest is written again, all of it short-lived this time.
+    again = access(50.0, long_blocks=0)
+    assert (again.read_tokens, again.write_tokens, again.long_write_tokens) == (256, 128, 0)
+    # That short-lived read did not cut the long blocks' TTL to 10 s.
+    late = access(95.0, long_blocks=0)
+    assert (late.read_tokens, late.write_tokens) == (256, 128)
+    assert access(201.0, long_blocks=9).long_write_tokens == 384  # capped at the prefix
 
 
 def _plan(model: LatencyModel, seed: int = 0, **kw: Any) -> Plan:

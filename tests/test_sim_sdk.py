@@ -270,6 +270,104 @@ def test_anthropic_cache_control_breakpoint(sim: SimServer, ant: Any) -> None:
     assert miss_ttft is not None and miss_ttft > 30_000_000
 
 
+def test_anthropic_1h_breakpoint_writes_to_the_1h_cache(sim: SimServer, ant: Any) -> None:
+    """`ttl: "1h"` on a breakpoint: the writes up to it are 1-hour writes, those after it up to a
+    later 5-minute breakpoint 5-minute ones; `cache_creation` splits the total."""
+    sim.set_model(CACHE_MODEL)
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    system = [{"type": "text", "text": LONG, "cache_control": one_hour}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": LONG.upper(), "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "Say something short."},
+            ],
+        }
+    ]
+    with ant.messages.stream(model="m", max_tokens=64, system=system, messages=messages) as s:
+        first = s.get_final_message().usage
+    split = first.cache_creation
+    assert split is not None and first.service_tier == "standard"
+    assert split.ephemeral_1h_input_tokens > 3000 and split.ephemeral_5m_input_tokens > 3000
+    total = split.ephemeral_1h_input_tokens + split.ephemeral_5m_input_tokens
+    assert total == first.cache_creation_input_tokens
+    truth = only(sim)
+    assert (truth.cache_write_tokens, truth.cache_write_1h_tokens, truth.service_tier) == (
+        total,
+        split.ephemeral_1h_input_tokens,
+        "standard",
+    )
+    # The 1-hour part ends where its breakpoint does: the system prompt's ~LONG/4 tokens.
+    assert abs(split.ephemeral_1h_input_tokens - len(LONG) // 4) <= 64
+    sim.clear_truth()
+    again = ant.messages.create(model="m", max_tokens=8, system=system, messages=messages).usage
+    assert again.cache_read_input_tokens == total and again.cache_creation_input_tokens == 0
+    assert again.cache_creation is not None
+    assert again.cache_creation.ephemeral_1h_input_tokens == 0
+    assert only(sim).cache_write_1h_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("controls", "message"),
+    [
+        (({"type": "ephemeral"}, {"type": "ephemeral", "ttl": "1h"}), "cannot come after"),
+        (({"type": "ephemeral", "ttl": "2h"}, None), "'5m' or '1h'"),
+    ],
+)
+def test_anthropic_bad_cache_ttls_are_a_400(
+    sim: SimServer, ant: Any, controls: tuple[Any, Any], message: str
+) -> None:
+    first, second = controls
+    system = [{"type": "text", "text": "a", "cache_control": first}]
+    content = [{"type": "text", "text": "b", **({"cache_control": second} if second else {})}]
+    with pytest.raises(anthropic.BadRequestError, match=message):
+        ant.messages.create(
+            model="m", max_tokens=8, system=system, messages=[{"role": "user", "content": content}]
+        )
+
+
+ENDS = ("response.created", "response.completed")
+
+
+def test_the_service_tier_is_named_and_an_openai_request_s_is_answered(
+    sim: SimServer, ant: Any, oai: Any
+) -> None:
+    chunks = list(
+        oai.chat.completions.create(model="g", messages=USER, stream=True, service_tier="priority")
+    )
+    assert {c.service_tier for c in chunks} == {"priority"}
+    assert oai.chat.completions.create(model="g", messages=USER).service_tier == "default"
+    assert (
+        oai.chat.completions.create(model="g", messages=USER, service_tier="auto").service_tier
+        == "default"
+    )
+    with oai.responses.stream(model="g", input="hi", service_tier="flex") as stream:
+        events = list(stream)
+    assert [e.response.service_tier for e in events if e.type in ENDS] == [
+        "flex",
+        "flex",
+    ]
+    with oai.responses.stream(model="g", input="hi") as stream:
+        echoed = [e.response.service_tier for e in stream if e.type in ENDS]
+    assert echoed == ["auto", "default"]  # created echoes what was asked, completed what served
+    assert oai.responses.create(model="g", input="hi", service_tier="scale").service_tier == "scale"
+    assert ant.messages.create(model="m", max_tokens=8, messages=USER).usage.service_tier == (
+        "standard"
+    )
+    assert [r.service_tier for r in sim.truth()] == [
+        "priority",
+        "default",
+        "default",
+        "flex",
+        "default",
+        "scale",
+        "standard",
+    ]
+    with pytest.raises(openai.BadRequestError, match="service_tier"):
+        oai.chat.completions.create(model="g", messages=USER, service_tier="gold")
+
+
 # --- faults -----------------------------------------------------------------------------------
 
 

@@ -121,13 +121,12 @@ _Usage = tuple[int, int, int, int, int]
 
 
 def _usage_key(m: CallMetrics) -> _Usage:
-    one_hour: int | None = getattr(m, "cache_write_1h_tokens", None)
     return (
         m.input_tokens or 0,
         m.output_tokens or 0,
         m.cache_read_tokens or 0,
         m.cache_write_tokens or 0,
-        one_hour or 0,
+        m.cache_write_1h_tokens or 0,
     )
 
 
@@ -147,9 +146,15 @@ def _is_address(host: str) -> bool:
     return True
 
 
+# Tiers that mean the provider's standard price: the table's base price applies. OpenAI names
+# "auto" where a stream ended before saying which tier served it (and OpenRouter in its last
+# event); Anthropic says "standard".
+_STANDARD_TIERS: Final = frozenset({"auto", "default", "standard"})
+
+
 def _tier(m: CallMetrics) -> str | None:
-    tier: str | None = getattr(m, "service_tier", None)
-    return tier
+    tier = m.service_tier
+    return None if tier is None or tier in _STANDARD_TIERS else tier
 
 
 @functools.lru_cache(maxsize=4096)

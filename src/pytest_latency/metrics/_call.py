@@ -95,6 +95,11 @@ class CallMetrics:
     t_start_ns: int
     t_end_ns: int
     notes: tuple[str, ...] = field(default=())
+    # What prices need beyond the counts above (docs/metrics.md, "Usage normalisation"): the part
+    # of `cache_write_tokens` written to a 1-hour cache (None: the server did not split its
+    # writes by TTL), and the service tier the response named, the latest one it sent.
+    cache_write_1h_tokens: int | None = None
+    service_tier: str | None = None
     # The per-call keep limits (docs/metrics.md, "What a call keeps"): capture kept the body up to
     # `wire.KEEP_LIMIT`, inflating stopped at `wire.DECODED_LIMIT`, or the SSE walk at
     # `wire.EVENT_LIMIT` events. The metrics cover the kept
@@ -361,6 +366,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         cache_read_tokens=usage.cache_read_tokens if usage else None,
         cache_write_tokens=usage.cache_write_tokens if usage else None,
         reasoning_tokens=usage.reasoning_tokens if usage else None,
+        cache_write_1h_tokens=usage.cache_write_1h_tokens if usage else None,
+        service_tier=_tier_name(scan.service_tier),
         cache_fields_reported=usage.cache_fields_reported if usage else False,
         content_events=len(content),
         content_chunks=len(reads_with_content),
@@ -398,6 +405,12 @@ def _model_name(name: str | None) -> str | None:
     """A model name as kept and shown: the server's (or the request's) string as one printable
     word without secrets; None stays None."""
     return None if name is None else safe_token(name, 120) or None
+
+
+def _tier_name(name: str | None) -> str | None:
+    """A service tier as kept: the server's string as one short printable word without
+    secrets (a tier name is a word: "default", "flex", "standard"); None stays None."""
+    return None if name is None else safe_token(name, 40) or None
 
 
 def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, float] | None:

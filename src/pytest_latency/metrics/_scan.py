@@ -3,10 +3,10 @@
 Owns the steps between a decoded body and the numbers `_call` assembles: which API the call spoke
 (its path, then its payloads' shape, through `apis`), whether the body is a stream, one JSON object
 or neither, the walk over its events in arrival order (content events with their stamps and reads,
-usage, the model, the first provider error, the end marker, notes, output text), and the error kind
-the call ends with. It knows no API's shapes: every question about a payload goes to the call's
-adapter. May import only the stdlib, `pytest_latency.wire`, `pytest_latency.untrusted` and its
-sibling metrics modules.
+usage, the model, the latest service tier, the first provider error, the end marker, notes, output
+text), and the error kind the call ends with. It knows no API's shapes: every question about a
+payload goes to the call's adapter. May import only the stdlib, `pytest_latency.wire`,
+`pytest_latency.untrusted` and its sibling metrics modules.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class Scan:
     t_end_marker_ns: int | None = None
     finished: bool = False  # a finish reason arrived (the end marker may still follow)
     model: str | None = None
+    service_tier: str | None = None  # the latest the server named (Responses: created, then final)
     # The walk stopped at `wire.EVENT_LIMIT` events: how many decoded bytes were left unparsed.
     capped: bool = False
     unparsed_bytes: int = 0
@@ -251,6 +252,8 @@ class _Walk:
         scan.finished = scan.finished or info.finished
         if scan.model is None and info.model is not None:
             scan.model = info.model
+        if info.service_tier is not None:
+            scan.service_tier = info.service_tier
         if info.note is not None:
             scan.note(info.note)
 
@@ -278,6 +281,7 @@ def _scan_json(scan: Scan, data: bytes) -> None:
     scan.usage.update(info.usage)
     scan.error, scan.error_message = info.error, info.error_message
     scan.model = info.model
+    scan.service_tier = info.service_tier
     scan.terminal = True
     if info.note is not None:
         scan.note(info.note)

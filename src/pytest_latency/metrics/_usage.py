@@ -1,16 +1,17 @@
 """Usage: the one meaning every API's token counts are normalised to, and its collection.
 
 Owns the rule that `input_tokens` means *all* prompt tokens, cached ones included (the OTel
-convention), and that a count the server did not send is `None`, never 0 and never guessed;
-`UsageFields` (counts as an API sent them, before normalisation) and `UsageTracker`, which folds a
-call's usage objects in stream order through its API's adapter. The shapes themselves belong to
-the adapters (`apis/`; docs/metrics.md, "Usage normalisation"). Stdlib only; imports nothing from
-the package at run time (the adapter Protocol for types only).
+convention), that `cache_write_tokens` is every cache write and `cache_write_1h_tokens` the part
+of it written to a 1-hour cache, and that a count the server did not send is `None`, never 0 and
+never guessed; `UsageFields` (counts as an API sent them, before normalisation) and
+`UsageTracker`, which folds a call's usage objects in stream order through its API's adapter.
+The shapes themselves belong to the adapters (`apis/`; docs/metrics.md, "Usage normalisation").
+Stdlib only; imports nothing from the package at run time (the adapter Protocol for types only).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,6 +25,9 @@ class Usage:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # The part of `cache_write_tokens` written to a 1-hour cache (Anthropic bills it at 2× input,
+    # a 5-minute write at 1.25×); None when the server did not split its writes by TTL.
+    cache_write_1h_tokens: int | None = None
 
     @property
     def cache_fields_reported(self) -> bool:
@@ -40,6 +44,7 @@ class UsageFields:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
 
     def merged(self, later: UsageFields) -> UsageFields:
         """Field by field, a count `later` sent winning over this one."""
@@ -47,16 +52,14 @@ class UsageFields:
             *(
                 mine if theirs is None else theirs
                 for mine, theirs in (
-                    (self.input_tokens, later.input_tokens),
-                    (self.output_tokens, later.output_tokens),
-                    (self.cache_read_tokens, later.cache_read_tokens),
-                    (self.cache_write_tokens, later.cache_write_tokens),
-                    (self.reasoning_tokens, later.reasoning_tokens),
+                    (getattr(self, name), getattr(later, name)) for name in _FIELD_NAMES
                 )
             )
         )
 
 
+# Every field, in order: `merged` walks them all, so a new count cannot be left out of it.
+_FIELD_NAMES = tuple(f.name for f in fields(UsageFields))
 NO_FIELDS = UsageFields()
 
 

@@ -1,8 +1,9 @@
 """Anthropic Messages wire format (``POST /v1/messages``), streamed and not.
 
 Owns request parsing (tools → system → messages into prompt text in Anthropic's cache order,
-``cache_control`` breakpoints deciding the cacheable prefix, ``thinking``, ``tool_choice``) and the
-event sequence: ``message_start`` (usage with input_tokens EXCLUDING cache reads and writes),
+``cache_control`` breakpoints deciding the cacheable prefix and their ``ttl`` its 1-hour part,
+``thinking``, ``tool_choice``) and the event sequence: ``message_start`` (usage with input_tokens
+EXCLUDING cache reads and writes, the writes split by TTL in ``cache_creation``, the tier),
 ``ping``, ``content_block_start``/``content_block_delta``/``content_block_stop`` for thinking
 (``thinking_delta`` then ``signature_delta``), text (``text_delta``) and tool_use
 (``input_json_delta``) blocks, ``message_delta`` with cumulative usage, ``message_stop``; the
@@ -44,8 +45,37 @@ _STOP = {"end": "end_turn", "length": "max_tokens", "tool": "tool_use"}
 error_body = anthropic_error
 
 
-def _has_breakpoint(block: Any) -> bool:
-    return isinstance(block, Mapping) and isinstance(block.get("cache_control"), Mapping)
+class _Breakpoints:
+    """Where the prompt's `cache_control` breakpoints end: the cacheable prefix is everything up
+    to the last one, its 1-hour part everything up to the last one with `ttl: "1h"`. Anthropic
+    answers 400 to a 1-hour breakpoint after a 5-minute one (longer TTLs must come first), and
+    to a TTL other than "5m" and "1h"."""
+
+    __slots__ = ("cacheable", "long", "short_seen")
+
+    def __init__(self) -> None:
+        self.cacheable = 0
+        self.long = 0
+        self.short_seen = False
+
+    def see(self, block: Any, end: int) -> None:
+        control = block.get("cache_control") if isinstance(block, Mapping) else None
+        if not isinstance(control, Mapping):
+            return
+        ttl = control.get("ttl", "5m")
+        if ttl not in ("5m", "1h"):
+            raise WireError(400, f"cache_control.ttl: Input should be '5m' or '1h', got {ttl!r}")
+        if ttl == "1h":
+            if self.short_seen:
+                raise WireError(
+                    400,
+                    "cache_control: a ttl='1h' breakpoint cannot come after a ttl='5m' one "
+                    "(longer TTLs must come first)",
+                )
+            self.long = end
+        else:
+            self.short_seen = True
+        self.cacheable = end
 
 
 def parse(raw: Any) -> SimRequest:
@@ -59,12 +89,11 @@ def parse(raw: Any) -> SimRequest:
     # Anthropic's cache prefix order is tools, then system, then messages; a breakpoint makes
     # everything up to the end of its block cacheable.
     text = ""
-    cacheable = 0
+    marks = _Breakpoints()
     tools = body.get("tools") or []
     for tool in tools if isinstance(tools, list) else []:
         text += part_text(tool)
-        if _has_breakpoint(tool):
-            cacheable = len(text)
+        marks.see(tool, len(text))
     system = body.get("system")
     if isinstance(system, str):
         text += f"system: {system}\n"
@@ -72,8 +101,7 @@ def parse(raw: Any) -> SimRequest:
         text += "system: "
         for block in system:
             text += part_text(block)
-            if _has_breakpoint(block):
-                cacheable = len(text)
+            marks.see(block, len(text))
         text += "\n"
     for m in messages:
         if not isinstance(m, Mapping):
@@ -83,13 +111,11 @@ def parse(raw: Any) -> SimRequest:
         if isinstance(content, list):
             for block in content:
                 text += part_text(block)
-                if _has_breakpoint(block):
-                    cacheable = len(text)
+                marks.see(block, len(text))
         elif content is not None:
             text += str(content)
         text += "\n"
-    if _has_breakpoint(body):  # request-level automatic caching: the whole prompt
-        cacheable = len(text)
+    marks.see(body, len(text))  # request-level automatic caching: the whole prompt
     thinking = body.get("thinking")
     reasoning, budget = "none", None
     if isinstance(thinking, Mapping) and thinking.get("type") in ("enabled", "adaptive"):
@@ -101,11 +127,14 @@ def parse(raw: Any) -> SimRequest:
         model=str(body.get("model", "")),
         stream=bool(body.get("stream", False)),
         prompt_text=text,
-        cacheable_chars=cacheable,
+        cacheable_chars=marks.cacheable,
         max_tokens=max_tokens,
         reasoning=reasoning,
         reasoning_budget=budget,
         tool=_chosen_tool(tools, body.get("tool_choice")),
+        long_cacheable_chars=marks.long,
+        # Without a Priority Tier commitment every request is served at the standard tier.
+        service_tier="standard",
     )
 
 
@@ -128,18 +157,20 @@ def _chosen_tool(tools: Any, choice: Any) -> ToolSpec | None:
     return ToolSpec(str(t["name"]), t.get("input_schema") or {})
 
 
-def _usage(u: Usage, output_tokens: int) -> dict[str, Any]:
+def _usage(u: Usage, output_tokens: int, tier: str) -> dict[str, Any]:
     uncached = u.input_tokens - u.cache_read_tokens - u.cache_write_tokens
+    one_hour = u.cache_write_1h_tokens or 0
     return {
         "input_tokens": uncached,
         "cache_creation_input_tokens": u.cache_write_tokens,
         "cache_read_input_tokens": u.cache_read_tokens,
+        # The writes by TTL: the total above, split.
         "cache_creation": {
-            "ephemeral_5m_input_tokens": u.cache_write_tokens,
-            "ephemeral_1h_input_tokens": 0,
+            "ephemeral_5m_input_tokens": u.cache_write_tokens - one_hour,
+            "ephemeral_1h_input_tokens": one_hour,
         },
         "output_tokens": output_tokens,
-        "service_tier": "standard",
+        "service_tier": tier,
     }
 
 
@@ -176,7 +207,7 @@ def stream_events(
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": _usage(usage, 1),
+        "usage": _usage(usage, 1, req.service_tier),
     }
     outs = [
         Out(sse({"type": "message_start", "message": message}, "message_start"), "other", 0, h),
@@ -215,7 +246,7 @@ def stream_events(
     delta = {
         "type": "message_delta",
         "delta": {"stop_reason": _STOP[finish], "stop_sequence": None},
-        "usage": _usage(usage, usage.output_tokens),
+        "usage": _usage(usage, usage.output_tokens, req.service_tier),
     }
     outs.append(Out(sse(delta, "message_delta"), "other", 0, end))
     outs.append(Out(sse({"type": "message_stop"}, "message_stop"), "other", 0, end))
@@ -251,7 +282,7 @@ def json_body(
         "content": content,
         "stop_reason": _STOP[finish],
         "stop_sequence": None,
-        "usage": _usage(usage, usage.output_tokens),
+        "usage": _usage(usage, usage.output_tokens, req.service_tier),
     }
 
 

@@ -73,6 +73,9 @@ class LatencyModel:
     cache_min_tokens: int = _f(1024, "tokens", "shortest prefix that is cached or read")
     cache_block_tokens: int = _f(64, "tokens", "cache granularity: prefixes match in whole blocks")
     cache_ttl_s: float = _f(300.0, "s", "an unused cached block expires after this long")
+    cache_long_ttl_s: float = _f(
+        3600.0, "s", "an unused block cached with Anthropic's 1-hour ttl expires after this long"
+    )
     cache_capacity_tokens: int = _f(
         4_000_000, "tokens", "cache size; least recently used blocks are evicted"
     )

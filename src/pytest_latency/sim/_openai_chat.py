@@ -1,9 +1,10 @@
 """OpenAI Chat Completions wire format (``POST /v1/chat/completions``), streamed and not.
 
 Owns request parsing (messages and tools into prompt text, ``max_completion_tokens``, tool choice,
-``reasoning_effort``) and the response shapes: the role-only first chunk, content /
-``reasoning_content`` / ``tool_calls`` deltas, the finish chunk, the ``include_usage`` chunk with
-``choices: []``, ``[DONE]``, the non-streamed ``chat.completion``, and OpenAI's error shape.
+``reasoning_effort``, ``service_tier``) and the response shapes, each naming its service tier:
+the role-only first chunk, content / ``reasoning_content`` / ``tool_calls`` deltas, the finish
+chunk, the ``include_usage`` chunk with ``choices: []``, ``[DONE]``, the non-streamed
+``chat.completion``, and OpenAI's error shape.
 Implements `_wire.WireFormat` as a module. Imports only the stdlib, `_wire`, `_faults` and
 `_schedule`.
 """
@@ -25,6 +26,7 @@ from ._wire import (
     WireError,
     dumps,
     int_field,
+    openai_tier,
     require_mapping,
     sse,
     text_of,
@@ -66,6 +68,7 @@ def parse(raw: Any) -> SimRequest:
         include_usage=bool(
             isinstance(stream_options, Mapping) and stream_options.get("include_usage")
         ),
+        service_tier=openai_tier(body),
     )
 
 
@@ -128,6 +131,8 @@ def stream_events(
         "object": "chat.completion.chunk",
         "created": created,
         "model": req.model,
+        # Every chunk names the tier that serves the call, as OpenAI's do.
+        "service_tier": req.service_tier,
         "system_fingerprint": "fp_sim",
     }
 
@@ -192,6 +197,7 @@ def json_body(
         "object": "chat.completion",
         "created": created,
         "model": req.model,
+        "service_tier": req.service_tier,
         "system_fingerprint": "fp_sim",
         "choices": [
             {"index": 0, "message": message, "logprobs": None, "finish_reason": _FINISH[finish]}

@@ -1,13 +1,13 @@
 """OpenAI Responses wire format (``POST /v1/responses``), streamed and not.
 
 Owns request parsing (``instructions`` + ``input`` into prompt text, ``max_output_tokens``,
-``reasoning``, function tools and ``tool_choice``) and the event sequence: ``response.created``,
-``response.in_progress``, ``output_item.added``, ``content_part.added``, ``output_text.delta`` × N
-(or ``function_call_arguments.delta`` × N), the matching ``.done`` events and
-``response.completed`` with usage, each with a ``sequence_number``. Reasoning is hidden, as OpenAI
-reasoning models do: it costs decode time and shows up in ``output_tokens_details`` only.
-Implements `_wire.WireFormat` as a module. Imports only the stdlib, `_wire`, `_faults` and
-`_schedule`.
+``reasoning``, function tools, ``tool_choice`` and ``service_tier``) and the event sequence:
+``response.created`` (echoing the tier asked for), ``response.in_progress``, ``output_item.added``,
+``content_part.added``, ``output_text.delta`` × N (or ``function_call_arguments.delta`` × N), the
+matching ``.done`` events and ``response.completed`` with usage and the tier that served it, each
+with a ``sequence_number``. Reasoning is hidden, as OpenAI reasoning models do: it costs decode
+time and shows up in ``output_tokens_details`` only. Implements `_wire.WireFormat` as a module.
+Imports only the stdlib, `_wire`, `_faults` and `_schedule`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ._wire import (
     Usage,
     WireError,
     int_field,
+    openai_tier,
     require_mapping,
     sse,
     text_of,
@@ -68,6 +69,7 @@ def parse(raw: Any) -> SimRequest:
         max_tokens=int_field(body, "max_output_tokens"),
         reasoning="hidden" if isinstance(reasoning, Mapping) and effort != "none" else "none",
         tool=_chosen_tool(tools, body.get("tool_choice")),
+        service_tier=openai_tier(body),
     )
 
 
@@ -148,6 +150,9 @@ def _response(
         "max_output_tokens": req.max_tokens,
         "model": req.model,
         "output": _items(req, plan, rid, True) if done else [],
+        # Until the response is done it echoes the tier asked for ("auto" when it names the
+        # default); the finished one says which tier served it, as OpenAI's do.
+        "service_tier": req.service_tier if done or req.service_tier != "default" else "auto",
         "parallel_tool_calls": True,
         "temperature": 1.0,
         "tool_choice": "auto",

@@ -139,6 +139,7 @@ class _Exchange:
         self.rid = engine.next_id()
         self.stream = False
         self.model_name = ""
+        self.service_tier: str | None = None  # the tier the answer names, once it is parsed
         self.status = 200
         self.t_headers: int | None = None
         self.t_done: int | None = None
@@ -169,6 +170,8 @@ class _Exchange:
                 output_tokens=None if u is None else u.output_tokens,
                 cache_read_tokens=None if u is None else u.cache_read_tokens,
                 cache_write_tokens=None if u is None else u.cache_write_tokens,
+                cache_write_1h_tokens=None if u is None else u.cache_write_1h_tokens,
+                service_tier=None if u is None else self.service_tier,
                 fault=self.fault,
                 attempt=_attempt(self.request),
                 t_done_ns=self.t_done,
@@ -319,6 +322,7 @@ class _App:
             return await ex.send_json(exc.status, wire.error_body(exc.status, exc.message))
         ex.stream = req.stream
         ex.model_name = req.model
+        ex.service_tier = req.service_tier or None
 
         fp = fingerprint(wire.API, body if isinstance(body, Mapping) else {})
         nth = self.engine.occurrence(fp)
@@ -342,8 +346,11 @@ class _App:
             ttl_s=model.cache_ttl_s,
             capacity_tokens=model.cache_capacity_tokens,
             now_s=time.monotonic(),
+            long_blocks=min(cacheable, req.long_cacheable_chars // 4) // model.cache_block_tokens,
+            long_ttl_s=model.cache_long_ttl_s,
         )
-        write = hit.write_tokens if wire.REPORTS_CACHE_WRITES else 0
+        reports = wire.REPORTS_CACHE_WRITES
+        write = hit.write_tokens if reports else 0
         channels, finish = _channels(model, req, random.Random(f"{model.seed}:{fp}:text"))
         n_pieces = sum(-(-len(t) // model.tokens_per_chunk) for c, t in channels if c != "hidden")
         at = fault_piece(model, n_pieces)
@@ -363,6 +370,7 @@ class _App:
             cache_read_tokens=hit.read_tokens,
             cache_write_tokens=write,
             reasoning_tokens=reasoning,
+            cache_write_1h_tokens=hit.long_write_tokens if reports else None,
         )
         created = int(time.time())
         if not req.stream:

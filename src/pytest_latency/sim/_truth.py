@@ -52,6 +52,10 @@ class TruthRecord:
     t_done_ns: int | None = None  # the response ended (last write, abort or error body)
     tail: bool = False
     prefill_ns: int = 0  # modelled prefill, so tests can check cache savings against it
+    # The part of cache_write_tokens written for an hour, and the tier the answer named; None
+    # with no usage reported (as the counts above), and in records written before them.
+    cache_write_1h_tokens: int | None = None
+    service_tier: str | None = None
 
     @property
     def content_events(self) -> tuple[TruthEvent, ...]:

@@ -2,11 +2,12 @@
 
 Owns `WireFormat` (the Protocol one simulated API implements: its name and path, request parsing,
 the streamed events and the whole body it answers with, its error shapes), `SimRequest` (what a
-wire module extracts from a request body: prompt text, the cacheable prefix, output limits, which
-channels to produce), `Usage` (normalised token counts), `Out` (one payload the server writes at
-a due offset), `WireError` (a 4xx with the provider's error shape), and SSE framing. The wire
-modules (`_openai_chat`, `_openai_responses`, `_anthropic`) implement it, `_apis` registers them,
-the server consumes them. Stdlib only (`_schedule` for a type).
+wire module extracts from a request body: prompt text, the cacheable prefix and its 1-hour part,
+output limits, which channels to produce, the service tier to answer with), OpenAI's service
+tiers, `Usage` (normalised token counts), `Out` (one payload the server writes at a due
+offset), `WireError` (a 4xx with the provider's error shape), and SSE framing. The wire modules
+(`_openai_chat`, `_openai_responses`, `_anthropic`) implement it, `_apis` registers them, the
+server consumes them. Stdlib only (`_schedule` for a type).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from ._schedule import Plan
 
 __all__ = [
+    "OPENAI_TIERS",
     "SEQ",
     "TEXT",
     "Out",
@@ -31,6 +33,7 @@ __all__ = [
     "WireFormat",
     "dumps",
     "int_field",
+    "openai_tier",
     "part_text",
     "require_mapping",
     "sse",
@@ -73,6 +76,12 @@ class SimRequest:
     reasoning_budget: int | None = None
     tool: ToolSpec | None = None
     include_usage: bool = False  # OpenAI Chat stream_options.include_usage
+    # The leading characters of the cacheable prefix asked to stay cached for an hour
+    # (Anthropic's `cache_control: {"ttl": "1h"}`); the rest stays the default 5 minutes.
+    long_cacheable_chars: int = 0
+    # The tier the answer names as the one that served it ("" for none): the one the request
+    # asked for where the API lets it choose (OpenAI's `service_tier`), else the API's default.
+    service_tier: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,9 @@ class Usage:
     cache_read_tokens: int
     cache_write_tokens: int
     reasoning_tokens: int
+    # The part of cache_write_tokens written for an hour; None for an API that does not split
+    # its writes by TTL (OpenAI's report no writes at all).
+    cache_write_1h_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +218,23 @@ def require_mapping(body: Any) -> Mapping[str, Any]:
     if not isinstance(body, Mapping):
         raise WireError(400, "request body must be a JSON object")
     return body
+
+
+# OpenAI's `service_tier` values; "auto" lets the server choose, and it chooses "default".
+OPENAI_TIERS = frozenset({"auto", "default", "flex", "priority", "scale"})
+
+
+def openai_tier(body: Mapping[str, Any]) -> str:
+    """The tier an OpenAI answer names: the one `service_tier` asked for ("auto" resolved to
+    "default"); 400 for a value the API does not accept."""
+    asked = body.get("service_tier")
+    if asked is None:
+        return "default"
+    if not isinstance(asked, str) or asked not in OPENAI_TIERS:
+        raise WireError(
+            400, f"service_tier must be one of {', '.join(sorted(OPENAI_TIERS))}, got {asked!r}"
+        )
+    return "default" if asked == "auto" else asked
 
 
 def int_field(body: Mapping[str, Any], *names: str) -> int | None:

@@ -2,9 +2,10 @@
 
 Owns what a `choices` chunk or body means: its deltas' content channels (text, reasoning beside
 content on compatible servers, refusal, tool calls, audio; a legacy choice's `text`), its
-`finish_reason` as the stream's end, and its output text per choice and per tool call. Both
-adapters read both shapes, as compatible servers mix them. May import only the stdlib and the
-metrics modules `_fingerprint` and `apis._protocol`/`apis._shapes`.
+`finish_reason` as the stream's end, its top-level `model` and `service_tier`, and its output
+text per choice and per tool call. Both adapters read both shapes, as compatible servers mix
+them. May import only the stdlib and the metrics modules `_fingerprint` and
+`apis._protocol`/`apis._shapes`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pytest_latency.metrics.apis._protocol import (
     TOOL,
     Classified,
 )
-from pytest_latency.metrics.apis._shapes import as_dict, as_str, is_text
+from pytest_latency.metrics.apis._shapes import as_dict, as_str, is_text, service_tier
 
 
 def _content_text(value: object) -> bool:
@@ -126,13 +127,22 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
         # Groq sends usage only inside its `x_groq` extension when stream_options is not set.
         usage = as_dict(payload.get("x_groq")).get("usage")
     model = as_str(payload.get("model"))
+    tier = service_tier(payload)  # on every chunk, the tier that serves the call
     if not found and usage is None and not finished:
-        return NOTHING if model is None else Classified(model=model)
-    return Classified(channels=tuple(found), usage=usage, finished=finished, model=model)
+        if model is None and tier is None:
+            return NOTHING
+        return Classified(model=model, service_tier=tier)
+    return Classified(
+        channels=tuple(found), usage=usage, finished=finished, model=model, service_tier=tier
+    )
 
 
 def body(payload: Mapping[str, Any]) -> Classified:
-    return Classified(usage=payload.get("usage"), model=as_str(payload.get("model")))
+    return Classified(
+        usage=payload.get("usage"),
+        model=as_str(payload.get("model")),
+        service_tier=service_tier(payload),
+    )
 
 
 def _feed_choice(choice: Mapping[str, Any], out: OutputText) -> None:

@@ -2,9 +2,10 @@
 
 Owns the `WireApi` Protocol (what an adapter answers: its name, whether a URL path or a payload is
 its, and, for one decoded JSON event or non-streamed body, the provider error it signals, the
-output channels it carries content on, its usage, whether it ends the stream, and the output text
-it holds), the typed answers it gives (`Classified`, `ProviderError`) and the channel vocabulary.
-May import only the stdlib and the metrics modules `_usage` and `_fingerprint` (for types).
+output channels it carries content on, its usage, model and service tier, whether it ends the
+stream, and the output text it holds), the typed answers it gives (`Classified`,
+`ProviderError`) and the channel vocabulary. May import only the stdlib and the metrics modules
+`_usage` and `_fingerprint` (for types).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Classified:
     # stream was not cut, whether or not the client read on to the marker.
     finished: bool = False
     model: str | None = None  # the model the server says answered
+    service_tier: str | None = None  # the tier the server says served it (prices differ by tier)
     note: str | None = None
 
 

@@ -1,5 +1,5 @@
-"""JSON shapes more than one wire API shares: typed readers of decoded values, the provider
-error envelopes and OpenAI's usage object.
+"""JSON shapes more than one wire API shares: typed readers of decoded values, the service
+tier field, the provider error envelopes and OpenAI's usage object.
 
 Every adapter accepts every error envelope: proxies and compatible servers put any of them
 behind any path. May import only the stdlib and the metrics modules `_usage` and
@@ -30,6 +30,14 @@ def as_str(value: object) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return None
+
+
+def service_tier(payload: Mapping[str, Any]) -> str | None:
+    """The service tier a payload names (`service_tier`: OpenAI's "default", "flex",
+    "priority", "scale", Anthropic's "standard", "priority", "batch"), as sent; None when it
+    names none. Prices differ by tier; the metrics keep the name, not its meaning."""
+    tier = payload.get("service_tier")
+    return tier if is_text(tier) else None
 
 
 def provider_error(payload: Mapping[str, Any]) -> ProviderError | None:

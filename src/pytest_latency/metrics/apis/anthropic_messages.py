@@ -2,19 +2,21 @@
 
 Owns what Anthropic's stream means: `content_block_delta`s carry text, thinking, tool-input and
 compaction content (signature and citation deltas carry none), `message_start` and the cumulative
-`message_delta`s carry usage in pieces, `message_stop` ends the stream; `input_tokens` EXCLUDES
-`cache_read_input_tokens` and `cache_creation_input_tokens`, so the normalised input is the three
-summed. Implements `WireApi` as a module. May import only the stdlib and the metrics modules
-`_usage`, `_fingerprint` and `apis._protocol`/`apis._shapes`.
+`message_delta`s carry usage in pieces (and the service tier, `usage.service_tier`),
+`message_stop` ends the stream; `input_tokens` EXCLUDES `cache_read_input_tokens` and
+`cache_creation_input_tokens`, so the normalised input is the three summed; the writes' split by
+TTL is `cache_creation.ephemeral_1h_input_tokens` (the 1-hour part of the total). Implements
+`WireApi` as a module. May import only the stdlib and the metrics modules `_usage`,
+`_fingerprint` and `apis._protocol`/`apis._shapes`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_latency.metrics._fingerprint import OutputText
-from pytest_latency.metrics._usage import Usage, UsageFields, count
+from pytest_latency.metrics._usage import Usage, UsageFields, UsageOutOfRange, count
 from pytest_latency.metrics.apis._protocol import (
     NOTHING,
     REASONING,
@@ -22,7 +24,13 @@ from pytest_latency.metrics.apis._protocol import (
     TOOL,
     Classified,
 )
-from pytest_latency.metrics.apis._shapes import as_dict, as_str, is_text, provider_error
+from pytest_latency.metrics.apis._shapes import (
+    as_dict,
+    as_str,
+    is_text,
+    provider_error,
+    service_tier,
+)
 
 NAME = "anthropic.messages"
 
@@ -81,16 +89,26 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
         return Classified(note=f"unknown delta type {str(dtype)[:40]}")
     if kind == "message_start":
         message = as_dict(payload.get("message"))
-        return Classified(usage=message.get("usage"), model=as_str(message.get("model")))
+        usage = message.get("usage")
+        return Classified(
+            usage=usage, model=as_str(message.get("model")), service_tier=_tier(usage)
+        )
     if kind == "message_delta":
-        return Classified(usage=payload.get("usage"))
+        usage = payload.get("usage")
+        return Classified(usage=usage, service_tier=_tier(usage))
     if kind == "message_stop":
         return _STOP
     return NOTHING
 
 
 def body(payload: Mapping[str, Any]) -> Classified:
-    return Classified(usage=payload.get("usage"), model=as_str(payload.get("model")))
+    usage = payload.get("usage")
+    return Classified(usage=usage, model=as_str(payload.get("model")), service_tier=_tier(usage))
+
+
+def _tier(usage: object) -> str | None:
+    # Anthropic names the tier inside the usage object ("standard", "priority", "batch").
+    return service_tier(as_dict(usage))
 
 
 def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
@@ -104,15 +122,26 @@ def read_usage(usage: Mapping[str, Any], previous: UsageFields) -> UsageFields:
         # top-level counts of its final `message` pass only; the call as a whole is the sum of
         # its iterations (pydantic-ai's compaction cassette: cache read 55,096 and output 83 + 8
         # in the compaction pass, top-level 0 and 8; issue #14, item 7).
-        counted = {key: _summed(iterations, key) for key in _COUNTS}
+        passes = [i for i in iterations if isinstance(i, dict)]
+        counted = {key: _summed(passes, key) for key in _COUNTS}
+        one_hour = _summed_1h(passes)
+    else:
+        one_hour = _one_hour(usage)
     piece = UsageFields(
         input_tokens=count(counted.get("input_tokens")),
         output_tokens=count(counted.get("output_tokens")),
         cache_read_tokens=count(counted.get("cache_read_input_tokens")),
         cache_write_tokens=count(counted.get("cache_creation_input_tokens")),
         reasoning_tokens=count(details.get("thinking_tokens", details.get("reasoning_tokens"))),
+        cache_write_1h_tokens=one_hour,
     )
-    return previous.merged(piece)
+    merged = previous.merged(piece)
+    total, long = merged.cache_write_tokens, merged.cache_write_1h_tokens
+    if total is not None and long is not None and long > total:
+        # The 1-hour writes are a part of all writes: a larger part is a server or proxy bug,
+        # and a price for it would bill a negative 5-minute write.
+        raise UsageOutOfRange(f"1-hour cache writes {long} exceed the cache writes {total}")
+    return merged
 
 
 _COUNTS = (
@@ -123,9 +152,23 @@ _COUNTS = (
 )
 
 
-def _summed(iterations: list[Any], key: str) -> int | None:
+def _summed(passes: list[dict[str, Any]], key: str) -> int | None:
     """The sum of one count over the iterations that sent it (None when none did)."""
-    values = [count(i.get(key)) for i in iterations if isinstance(i, dict)]
+    return _sum_sent(count(i.get(key)) for i in passes)
+
+
+def _one_hour(usage: Mapping[str, Any]) -> int | None:
+    """The 1-hour part of a usage object's cache writes: `cache_creation` splits them by TTL
+    (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`); None when it is not sent."""
+    return count(as_dict(usage.get("cache_creation")).get("ephemeral_1h_input_tokens"))
+
+
+def _summed_1h(passes: list[dict[str, Any]]) -> int | None:
+    """The 1-hour cache writes over the iterations that split theirs (None when none did)."""
+    return _sum_sent(_one_hour(i) for i in passes)
+
+
+def _sum_sent(values: Iterable[int | None]) -> int | None:
     sent = [v for v in values if v is not None]
     return sum(sent) if sent else None
 
@@ -140,6 +183,8 @@ def normalise_usage(fields: UsageFields) -> Usage:
         cache_read_tokens=read,
         cache_write_tokens=write,
         reasoning_tokens=fields.reasoning_tokens,
+        # A part of the total only: with no total sent there is nothing for it to be a part of.
+        cache_write_1h_tokens=None if write is None else fields.cache_write_1h_tokens,
     )
 
 

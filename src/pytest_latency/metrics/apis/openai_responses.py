@@ -2,8 +2,9 @@
 
 Owns what the Responses stream means: every `response.<kind>.delta` carries content, placed on a
 channel by its kind (new kinds are placed by their name); `response.completed`, `.incomplete` and
-`.failed` end the stream and carry the usage, a failure's error or an incompleteness note;
-`response.created` names the model. Usage is one complete object whose `input_tokens` include
+`.failed` end the stream and carry the usage, the service tier that served the call, a failure's
+error or an incompleteness note; `response.created` names the model (and echoes the tier asked
+for). Usage is one complete object whose `input_tokens` include
 `input_tokens_details.cached_tokens`. Implements `WireApi` as a module. May import only the
 stdlib and the metrics modules `_usage`, `_fingerprint` and `apis._protocol`/`apis._shapes`.
 """
@@ -30,6 +31,7 @@ from pytest_latency.metrics.apis._shapes import (
     openai_normalised,
     provider_error,
     read_openai_usage,
+    service_tier,
 )
 
 NAME = "openai.responses"
@@ -134,6 +136,7 @@ def _final(response_or_body: Mapping[str, Any], *, terminal: bool) -> Classified
         error_message=message,
         terminal=terminal,
         model=as_str(response_or_body.get("model")),
+        service_tier=service_tier(response_or_body),
         note=note,
     )
 
@@ -152,13 +155,20 @@ def event(event: str, payload: Mapping[str, Any]) -> Classified:
         return _ON[TOOL] if _whole_item(as_dict(payload.get("item")).get("type")) else NOTHING
     if kind in _ENDS:
         final = _final(as_dict(payload.get("response")), terminal=True)
+        tier = final.service_tier
         if kind == "response.failed" and final.error is None:
-            return Classified(usage=final.usage, error="response_failed", terminal=True)
+            return Classified(
+                usage=final.usage, error="response_failed", terminal=True, service_tier=tier
+            )
         if kind == "response.incomplete" and final.note is None:
-            return Classified(usage=final.usage, terminal=True, note="response incomplete")
+            return Classified(
+                usage=final.usage, terminal=True, note="response incomplete", service_tier=tier
+            )
         return final
     if kind == "response.created":
-        return Classified(model=as_str(as_dict(payload.get("response")).get("model")))
+        # Its tier echoes the request ("auto"); the final event's says which one served it.
+        response = as_dict(payload.get("response"))
+        return Classified(model=as_str(response.get("model")), service_tier=service_tier(response))
     return NOTHING
 
 
