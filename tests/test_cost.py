@@ -343,5 +343,6 @@ def test_the_service_tier_and_the_one_hour_cache_are_priced_as_the_table_prices_
     # Anthropic's 1-hour cache write is 2x input, the 5-minute one 1.25x.
     five = prices.stamp(_call(cache_write_tokens=1000))
     hour = prices.stamp(_call(cache_write_tokens=1000, cache_write_1h_tokens=1000))
+    assert hour.cost is not None and five.cost is not None
     assert hour.cost - five.cost == pytest.approx(1000 * (2.0 - 1.25))
     assert hour.cost_cache_extra == pytest.approx(1000 * 1.0)
