@@ -281,13 +281,16 @@ class Recording:
             Call(c.sample, c.warmup, tuple(prices.stamp(a) for a in c.attempts)) for c in calls
         )
 
-    def measured(self) -> Measured:
-        """Everything this recording holds, priced."""
+    def measured(self, *, priced: bool = True) -> Measured:
+        """Everything this recording holds, priced unless `priced` is false (a look between
+        samples with no cost budget: pricing new calls, ~1.5 ms each, would block the loop while
+        the last sample's calls are still closing)."""
+        calls = self.calls()
         return Measured(
             self.nodeid,
             self.samples_run,
             self.warmups_run,
-            self.priced(self.calls()),
+            self.priced(calls) if priced else calls,
             tuple(self.manual),
             tuple(self.spans),
         )

@@ -343,9 +343,14 @@ class Sampler:
         from pytest_latency.verdicts import confidence_for_looks, judge
 
         confidence = confidence_for_looks(plan.looks)
+        # A look prices the calls only for a budget on cost (the report prices them all).
+        priced = any(
+            e.metric == "cost" or any(c.metric == "cost" for c in e.conditions)
+            for e in plan.expectations
+        )
         while recording.samples_run < plan.max_samples:
             # The recording keeps each call's metrics: a look parses only the new calls.
-            measured = recording.measured()
+            measured = recording.measured(priced=priced)
             verdicts = judge(
                 plan.expectations,
                 Pool.of(measured.calls, measured.manual, measured.samples, measured.spans),

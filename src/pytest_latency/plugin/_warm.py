@@ -16,7 +16,8 @@ event found buffered after a long absence, for clients nobody warmed.
 The warm-up clients get the SDK's own default HTTP client with `verify=False`: loading the CA
 bundle is 25 ms a client, a call never repeats it, and the simulator speaks plain HTTP.
 
-May import the SDKs, `sim` and `attribution`; runs only from fixtures and `instrument` hooks.
+May import the SDKs, `sim`, `attribution` and `pricing` (to load the price table early); runs
+only from fixtures and `instrument` hooks.
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ def warm(provider: str) -> None:
                 _on_own_loop(async_paths, sim.base_url, sdk)
         finally:
             set_sink(previous)
+        # The price table too: the first look or report that prices calls would load it.
+        from pytest_latency.pricing import warm as warm_prices
+
+        with contextlib.suppress(Exception):
+            warm_prices()
 
 
 def warm_imported() -> None:
