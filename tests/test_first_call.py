@@ -136,7 +136,11 @@ RUNS = 2
 # 4 ms (a new connection's setup, in every test's first call). Unwarmed async HTTP stack: error
 # +270-280 ms, CPU +105-115 ms; the recording imported in the first call: +42 ms, CPU +15-17 ms.
 FIRST_CALL_ERROR_MS = 25.0
-FIRST_CALL_CPU_MS = 8.0
+# 12 ms, not 8: at head the sync messages.create/.stream first call's thread CPU came out 8-9 ms
+# over its later calls in both fresh processes of 1 run in 3 (quiet and beside hogs); the costs
+# this bound exists to catch are the recording imported in the call (+15-17 ms) and the async
+# HTTP stack (+105-115 ms). The 8-9 ms is not explained yet (issue #14 note, session 6).
+FIRST_CALL_CPU_MS = 12.0
 
 
 def _excess(values: list[float]) -> float:
