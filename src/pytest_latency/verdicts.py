@@ -300,16 +300,7 @@ def _unknown_values(expectation: Expectation, ev: Evidence, confidence: float) -
         f"{expectation.metric} (no price for their model: see the unpriced_model finding, or "
         'give one in budgets.toml under [prices."<model>"])'
     )
-    return Judgement(
-        expectation.text,
-        "inconclusive",
-        False,
-        estimate,
-        None,
-        ev.n,
-        message,
-        expectation,
-    )
+    return _judgement(expectation, "inconclusive", estimate, None, ev.n, message)
 
 
 def _judgement(
