@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from remote_sim import remote_simulator
 
 INNER = """
 import json, os, time
@@ -70,21 +71,8 @@ SIM_FLAGS = (
 
 @pytest.fixture
 def remote_sim() -> Iterator[str]:
-    """The simulator in a process of its own, as a real server is: the plugin's in-process one
-    would share the consumer's GIL, and a server thread the machine preempts while it holds the
-    GIL keeps the consumer waiting without being runnable (docs/metrics.md, "A busy machine")."""
-    command = [sys.executable, "-m", "pytest_latency.cli", "sim", "--port=0", *SIM_FLAGS]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert "listening on" in line, line
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+    with remote_simulator(*SIM_FLAGS) as url:
+        yield url
 
 
 @pytest.fixture

@@ -142,6 +142,7 @@ def test_errors_retries_flags_and_cache_fields(result: dict[str, Any]) -> None:
         "opaque",
         "capped",
         "cpu_starved",
+        "gc_paused",
     }
 
 
@@ -498,6 +499,7 @@ def test_errors_by_kind_with_attempts_retries_and_recoveries(diag_result: dict[s
         "consumer_bound": 2,
         "client_saturated": 0,
         "cpu_starved": 0,
+        "gc_paused": 0,
         "incomplete": 0,
         "opaque": 0,
         "capped": 0,

@@ -19,7 +19,7 @@ import pytest_latency.sim  # noqa: F401
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.calls import Call
 from pytest_latency.capture import _stream
-from pytest_latency.diagnose import CPU_STARVED, diagnose_calls, title
+from pytest_latency.diagnose import CPU_STARVED, GC_PAUSED, diagnose_calls, title
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics, call_metrics
 from pytest_latency.verdicts import FLAGGED_EXPR, judge
 from pytest_latency.wire import LoopLag, WireRecord
@@ -108,6 +108,35 @@ def test_the_worst_late_span_overlapping_the_call_counts() -> None:
     assert m.client_saturated
     record.t_eof_ns = 160 * ms
     assert call_metrics(record).loop_lag_max_ms == 3.0
+
+
+def test_a_loop_held_by_garbage_collection_is_paused_not_saturated() -> None:
+    log = LoopLag(2_000_000)
+    ms = 1_000_000
+    log.add(150 * ms, 90 * ms, own_ns=90 * ms, paused_ns=80 * ms)  # 80 ms of it a collection
+    record = _record(100 * ms)
+    record.t_eof_ns = 200 * ms
+    record.loop_lag = log
+    m = call_metrics(record)
+    assert (m.loop_lag_max_ms, m.client_saturated, m.gc_paused) == (90.0, False, True)
+    assert m.flagged == ("gc_paused",)
+    assert any(n.startswith("gc_paused: the event loop woke up to 90 ms late") for n in m.notes)
+    # The loop's own 60 ms beside a 30 ms collection: its own work saturated it.
+    log.add(180 * ms, 90 * ms, own_ns=90 * ms, paused_ns=30 * ms)
+    assert call_metrics(record).flagged == ("client_saturated",)
+
+
+def test_a_paused_call_is_excluded_and_diagnosed_as_the_collector() -> None:
+    data = make_call(ttft_ms=900).to_dict()
+    data.update(gc_paused=True)
+    paused = CallMetrics.from_dict(data)
+    calls = [make_call(ttft_ms=100) for _ in range(3)] + [paused]
+    budget = [parse_expectation("ttft.max < 500ms", source="t")]
+    assert [j.passed for j in judge(budget, pool_of(_data(calls)), flagged="exclude")] == [True]
+    (finding,) = [f for f in diagnose_calls(calls) if f.kind == GC_PAUSED]
+    assert finding.evidence == {"calls": 1, "of": 4}
+    assert "garbage collection" in finding.message and "do less work" not in finding.message
+    assert title(GC_PAUSED) == "Garbage-collection pauses"
 
 
 def test_round_trip_and_old_data() -> None:
@@ -404,7 +433,7 @@ def test_the_monitor_tells_the_loop_s_own_delay_from_waiting_for_a_cpu() -> None
     code = """
 import asyncio, json, os, sys, time
 from pytest_latency.capture import _stream
-from pytest_latency.diagnose import CPU_STARVED, diagnose_calls, title
+from pytest_latency.diagnose import CPU_STARVED, GC_PAUSED, diagnose_calls, title
 from pytest_latency.wire import WireRecord
 mode = sys.argv[1]
 if mode == "starved":
@@ -463,5 +492,5 @@ def test_the_flagged_help_names_every_flag_the_policy_acts_on() -> None:
     from pytest_latency.plugin._settings import FLAGGED_DESC
 
     named = {name for name in FLAGS if name in FLAGGED_DESC}
-    expected = {"consumer_bound", "client_saturated", "capped", "cpu_starved"}
+    expected = {"consumer_bound", "client_saturated", "capped", "cpu_starved", "gc_paused"}
     assert named == set(DISTORTING_FLAGS) == expected

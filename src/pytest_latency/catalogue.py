@@ -263,6 +263,14 @@ FLAG_SPECS = (
         "the process waited for a CPU: a busy machine, not the test's code",
         distorting=True,
     ),
+    # Not the test body's per-chunk work either: CPython's garbage collector held the process
+    # (gc_pauses) while the call's data waited; told apart from consumer_bound by the pause.
+    FlagSpec(
+        "gc_paused",
+        "GC-paused",
+        "garbage collection held the process while the call's data waited",
+        distorting=True,
+    ),
 )
 FLAGS = {spec.name: spec for spec in FLAG_SPECS}
 CALL_FLAGS = tuple(FLAGS)

@@ -14,11 +14,11 @@ POLICIES = ("auto", "estimate", "pass", "fail")
 DEFAULT_POLICY = "auto"
 
 # What budgets do with flagged calls (`catalogue.DISTORTING_FLAGS`: consumer_bound,
-# client_saturated, capped, cpu_starved; their timings do not measure the server's response). `keep`
-# judges them like any call; `exclude` leaves them out of the timing pools (per-call metrics, itl,
-# good(...)) but not out of the counts (error_rate, retries, calls, cache_read_ratio) nor the
-# reports; `fail` adds a failing judgement to a budgeted test (or the session) with flagged kept
-# calls. See docs/budgets.md, "Flagged calls".
+# client_saturated, capped, cpu_starved, gc_paused; their timings do not measure the server's
+# response). `keep` judges them like any call; `exclude` leaves them out of the timing pools
+# (per-call metrics, itl, good(...)) but not out of the counts (error_rate, retries, calls,
+# cache_read_ratio) nor the reports; `fail` adds a failing judgement to a budgeted test (or the
+# session) with flagged kept calls. See docs/budgets.md, "Flagged calls".
 FLAGGED_POLICIES = ("keep", "exclude", "fail")
 DEFAULT_FLAGGED = "keep"
 

@@ -60,7 +60,7 @@ class LoopLag:
     1.6 kB per second of monitoring; the log lives as long as the records that share it.
     """
 
-    __slots__ = ("lates_ns", "owns_ns", "tick_ns", "wakes_ns")
+    __slots__ = ("lates_ns", "owns_ns", "paused_ns", "tick_ns", "wakes_ns")
 
     def __init__(self, tick_ns: int) -> None:
         self.tick_ns = tick_ns
@@ -70,12 +70,21 @@ class LoopLag:
         # lateness less the time its thread waited, runnable, for a CPU (a busy machine, which
         # no change to the test's code would cure; issue #14).
         self.owns_ns: array[int] = array("q")
+        # How much of each lateness garbage collection held the process (`gc_pauses`): neither
+        # the loop's own code nor the machine.
+        self.paused_ns: array[int] = array("q")
 
-    def add(self, woke_ns: int, late_ns: int, own_ns: int | None = None) -> None:
-        """A wake-up `late_ns` past its time, `own_ns` of it the loop's own work (None: all)."""
+    def add(
+        self, woke_ns: int, late_ns: int, own_ns: int | None = None, paused_ns: int = 0
+    ) -> None:
+        """A wake-up `late_ns` past its time, `paused_ns` of it garbage collection and `own_ns`
+        (None: all the rest) the loop's own work."""
+        paused = max(min(paused_ns, late_ns), 0)
+        rest = late_ns - paused
         self.wakes_ns.append(woke_ns)
         self.lates_ns.append(late_ns)
-        self.owns_ns.append(late_ns if own_ns is None else max(min(own_ns, late_ns), 0))
+        self.owns_ns.append(rest if own_ns is None else max(min(own_ns - paused, rest), 0))
+        self.paused_ns.append(paused)
 
     def __len__(self) -> int:
         return len(self.wakes_ns)
@@ -143,6 +152,10 @@ class WireRecord:
     # Wall time less this is the read's wait. Not for async reads: an await runs other tasks
     # on the same thread, whose CPU time is not the read's.
     read_cpu: list[tuple[int, int]] = field(default_factory=list)
+    # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
+    # long garbage collection held the process (`gc_pauses.PAUSED`) over the same span as
+    # `queued`. A collection stops every thread: time the consumer could not have read in.
+    paused: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def reading(self) -> bool:

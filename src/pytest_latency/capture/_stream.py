@@ -45,6 +45,7 @@ from collections.abc import (
     Sequence,
 )
 
+from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
 from pytest_latency.wire import AWAY_NS, READ_COST, WAIT_NS, LoopLag, WireRecord
 
@@ -222,6 +223,16 @@ def note_queued(
     return now
 
 
+def note_paused(record: WireRecord, index: int, since: int, away: int) -> int:
+    """`note_queued`'s twin for garbage collection, over the same span: the collector's summed
+    pause time now (the new `since`, returned), and when the consumer had been away over
+    `AWAY_NS`, how much of it fell since the last reading."""
+    now = PAUSED[0]
+    if away > AWAY_NS and now > since:
+        record.paused.append((index, now - since))
+    return now
+
+
 def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
     """The body's run-queue reader, for the thread that iterates it (it was opened with the
     headers, normally in the same thread; a body handed to another thread reopens, and the
@@ -264,6 +275,7 @@ class TimedBody:
         # the clock the scheduler's counter shares (an injected clock's gaps are not ns).
         self._queue = RunQueueWait.open() if clock is time.perf_counter_ns else None
         self._since = b"" if self._queue is None else self._queue.raw()
+        self._paused = PAUSED[0]
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
@@ -273,6 +285,8 @@ class TimedBody:
         queue = _queue_reader(self)
         fd = queue.fd
         since, slow, away = self._since, WAIT_NS, AWAY_NS
+        paused = self._paused
+        timed = clock is time.perf_counter_ns
         cpu_time = time.thread_time_ns
         previous = record.t_headers_ns or clock()
         try:
@@ -291,8 +305,10 @@ class TimedBody:
                     record.read_cpu.append((len(reads), cpu_time() - cpu))
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
-                if arrived - previous > slow and fd >= 0:
-                    since = note_queued(record, queue, len(reads), since, asked - previous)
+                if arrived - previous > slow and timed:
+                    if fd >= 0:
+                        since = note_queued(record, queue, len(reads), since, asked - previous)
+                    paused = note_paused(record, len(reads), paused, asked - previous)
                 previous = arrived
                 # The keep limit: a subtraction and a test per chunk (+0.11 us measured against
                 # the loop without it, docs/performance.md §8), a call past it.
@@ -327,6 +343,7 @@ class AsyncTimedBody:
         self._clock = clock
         self._queue = RunQueueWait.open() if clock is time.perf_counter_ns else None
         self._since = b"" if self._queue is None else self._queue.raw()
+        self._paused = PAUSED[0]
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         record, clock = self._record, self._clock
@@ -336,6 +353,8 @@ class AsyncTimedBody:
         queue = _queue_reader(self)
         fd = queue.fd
         since, slow = self._since, WAIT_NS
+        paused = self._paused
+        timed = clock is time.perf_counter_ns
         previous = record.t_headers_ns or clock()
         try:
             while True:
@@ -346,8 +365,10 @@ class AsyncTimedBody:
                 except StopAsyncIteration:
                     break
                 arrived = clock()
-                if arrived - previous > slow and fd >= 0:
-                    since = note_queued(record, queue, len(reads), since, asked - previous)
+                if arrived - previous > slow and timed:
+                    if fd >= 0:
+                        since = note_queued(record, queue, len(reads), since, asked - previous)
+                    paused = note_paused(record, len(reads), paused, asked - previous)
                 previous = arrived
                 room -= len(chunk) + cost
                 if room >= 0:
@@ -504,15 +525,16 @@ class LagMonitor:
         ticks = 0
         try:
             while True:
-                before, queued = clock(), waited.read()
+                before, queued, paused = clock(), waited.read(), PAUSED[0]
                 await asyncio.sleep(tick_s)
                 woke = clock()
                 late = woke - before - LAG_TICK_NS
                 # What of the lateness the loop thread spent runnable but waiting for a CPU (a
-                # busy machine); the rest is the loop's own doing (CPU work or a blocking call).
+                # busy machine) and what garbage collection held it; the rest is the loop's own
+                # doing (CPU work or a blocking call).
                 now_queued = waited.read()
                 own = None if queued is None or now_queued is None else late - (now_queued - queued)
-                log.add(woke, late, own)
+                log.add(woke, late, own, PAUSED[0] - paused)
                 ticks += 1
                 if ticks % LAG_SCAN_TICKS == 0:
                     self.inflight = [r for r in self.inflight if not finished(r)]

@@ -2,13 +2,13 @@
 
 Owns the findings (DESIGN.md's stable kinds: prefill_bound, decode_bound, unstable_prefix,
 below_cache_minimum, cache_fields_absent, serial_independent_calls, consumer_bound,
-client_saturated, too_few_samples; and cpu_starved, issue #14; unpriced_model, #18), their titles
-and order, the thresholds every check reads, the derived numbers they rest on (the prefill/decode
-split and its leaning, the prefill cost fit, how far a sample's calls overlap), the what-ifs
-(fan-out to K parallel calls, hedging) and their short terminal rendering. Everything is computed
-from a test's `pools.Pool` (or a group's pooled calls); the result file and the report print these
-numbers and never recompute them. Pure functions, no state. May import the stdlib, `stats`,
-`budgets`, `metrics`, `calls`, `pools`, `catalogue` (the price sources) and `verdicts` (the
+client_saturated, too_few_samples; and cpu_starved and gc_paused, issue #14; unpriced_model, #18),
+their titles and order, the thresholds every check reads, the derived numbers they rest on (the
+prefill/decode split and its leaning, the prefill cost fit, how far a sample's calls overlap), the
+what-ifs (fan-out to K parallel calls, hedging) and their short terminal rendering. Everything is
+computed from a test's `pools.Pool` (or a group's pooled calls); the result file and the report
+print these numbers and never recompute them. Pure functions, no state. May import the stdlib,
+`stats`, `budgets`, `metrics`, `calls`, `pools`, `catalogue` (the price sources) and `verdicts` (the
 `Judgement` type, and how many values a budget needs); never pytest. See docs/diagnosis.md.
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
@@ -33,6 +33,7 @@ from pytest_latency.diagnose._finding import (
     CPU_STARVED,
     DECODE_BOUND,
     DEFAULTS,
+    GC_PAUSED,
     KINDS,
     PREFILL_BOUND,
     SERIAL_INDEPENDENT_CALLS,
@@ -87,6 +88,7 @@ __all__ = [
     "CPU_STARVED",
     "DECODE_BOUND",
     "FAN_OUT_KS",
+    "GC_PAUSED",
     "HEDGE_PERCENTILES",
     "KINDS",
     "PREFILL_BOUND",
@@ -192,6 +194,20 @@ def diagnose_calls(
                 "delays, not the server's; the test's code is not the cause (run on a quieter "
                 "machine, or with fewer workers)",
                 {"calls": len(starved), "of": len(calls)},
+            )
+        )
+    paused = [c for c in calls if c.gc_paused]
+    if paused:
+        found.append(
+            Finding(
+                GC_PAUSED,
+                f"{len(paused)} of {len(calls)} calls were held back by garbage collection: "
+                "CPython's collector stopped the process while their data waited to be read, "
+                "so their token timings show the pause, not the server; the plugin freezes "
+                "what exists when the first measured test starts (gc.freeze), so a pause here "
+                "scanned objects made since: objects the tests keep alive, or cyclic garbage "
+                "they leave behind",
+                {"calls": len(paused), "of": len(calls)},
             )
         )
     return found

@@ -22,6 +22,7 @@ SERIAL_INDEPENDENT_CALLS: Final = "serial_independent_calls"
 CONSUMER_BOUND: Final = "consumer_bound"
 CLIENT_SATURATED: Final = "client_saturated"
 CPU_STARVED: Final = "cpu_starved"
+GC_PAUSED: Final = "gc_paused"
 UNPRICED_MODEL: Final = "unpriced_model"
 TOO_FEW_SAMPLES: Final = "too_few_samples"
 # The stable kinds with their readable titles, in the order readers are shown them: the levers
@@ -36,6 +37,7 @@ TITLES: Final[Mapping[str, str]] = {
     CONSUMER_BOUND: "Consumer-bound calls",
     CLIENT_SATURATED: "Client saturated",
     CPU_STARVED: "Busy machine",
+    GC_PAUSED: "Garbage-collection pauses",
     UNPRICED_MODEL: "No price for the model",
     TOO_FEW_SAMPLES: "Too few samples",
 }

@@ -14,6 +14,8 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import math
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -49,6 +51,17 @@ BOUND_AWAY_NS = 2_000_000
 # two flags are usually the tail events buffered behind the last token.
 CONSUMER_BOUND_FRACTION = 0.10
 CONSUMER_BOUND_MIN = 2
+# ... and when those chunks' stamps were held back by more than 10 ms, twice the accuracy target
+# (p99 5 ms), by the estimate of `_held_back`: a buffered chunk's true arrival lies between the
+# arrivals of the reads around it that waited for their data (those stamps are arrivals), spread
+# evenly. On this project's 2-core VM the SDK's own work on one chunk, 0.5 ms of the thread's CPU
+# at the median, takes 4-6 ms now and then (85 of 2,850 chunks; a pure CPU loop after a short
+# sleep takes 10x its median 1 time in 100): the next chunks of a 4.5 ms-a-chunk stream are found
+# buffered, 2-5 of 16 counted, and 6 calls in 150 were flagged, though the consumer was back in
+# step a few chunks on and the estimate put their stamps 0-7.4 ms late (session 7). A consumer
+# that stays behind to the end of the stream leaves no read after it to estimate from, and
+# counts as held back; one sleeping 25 ms a chunk, or doing 2 ms of work on a 0.3 ms one, does.
+HOLD_BACK_NS = 10_000_000
 # Before the first content event, absence adds up: its stamp is ttft. The first call of a
 # process through `responses.stream()` spends ~400 ms building the SDK's pydantic models after
 # `response.created`, and the delta that had arrived meanwhile was stamped when the SDK asked
@@ -131,6 +144,10 @@ class CallMetrics:
     # that would make the call consumer-bound, or the loop lag that would make it saturated,
     # were (mostly) its thread waiting for a CPU (docs/metrics.md, "A busy machine").
     cpu_starved: bool = False
+    # Held back as much, but by garbage collection holding the process (`gc_pauses`): the
+    # collector, which no change to the test body's per-chunk work would cure (docs/metrics.md,
+    # "Garbage collection").
+    gc_paused: bool = False
     # Prompt and output text, only with --latency-capture-text=N (capped at N characters each);
     # None by default, so no text reaches the outputs.
     prompt_text: str | None = None
@@ -322,9 +339,21 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     # Read-ahead stamps arrivals in its own thread or task: the consumer's pace is not in them.
     paced_by_consumer = not (record.prefetched or record.read_ahead)
     pace = _consumer_pace(record, reads_with_content) if paced_by_consumer else _Pace()
-    consumer_bound = pace.bound(len(reads_with_content), own=True)
+    consumer_bound = pace.bound(len(reads_with_content))
+    # Held back as much, but by garbage collection: the process's collector, not the test body.
+    consumer_paused = not consumer_bound and pace.bound(len(reads_with_content), paused=True)
+    if consumer_paused:
+        scan.note(
+            f"gc_paused: garbage collection held the process "
+            f"{sum(ns for _, ns in record.paused) / 1e6:.0f} ms while the call's data waited "
+            "to be read: the collector, not the test body"
+        )
     # Held back as much, but by waiting for a CPU: the machine's doing, said so.
-    consumer_starved = not consumer_bound and pace.bound(len(reads_with_content), own=False)
+    consumer_starved = (
+        not consumer_bound
+        and not consumer_paused
+        and pace.bound(len(reads_with_content), queued=True)
+    )
     if consumer_starved:
         scan.note(
             f"cpu_starved: {pace.starved_chunks} chunks were found buffered after the test had "
@@ -337,9 +366,18 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     out_shingles, out_digests = output_print(output_pieces)
     t_end = _t_end(record)
     lags = None if record.loop_lag is None else _loop_lag_max_ms(record.loop_lag, t0, t_end)
-    lag_ms, own_lag_ms = lags if lags is not None else (None, None)
+    lag_ms, own_lag_ms, paused_lag_ms = lags if lags is not None else (None, None, None)
+    saturated = own_lag_ms is not None and own_lag_ms > SATURATED_LAG_MS
+    loop_paused = not saturated and paused_lag_ms is not None and paused_lag_ms > SATURATED_LAG_MS
+    if loop_paused:
+        scan.note(
+            f"gc_paused: the event loop woke up to {lag_ms:.0f} ms late while garbage "
+            f"collection held the process (its own work explains {own_lag_ms:.0f} ms)"
+        )
     loop_starved = (
-        lag_ms is not None and own_lag_ms is not None and own_lag_ms <= SATURATED_LAG_MS < lag_ms
+        lag_ms is not None
+        and paused_lag_ms is not None
+        and paused_lag_ms <= SATURATED_LAG_MS < lag_ms
     )
     if loop_starved:
         # Late, but not from the loop's own work: the machine (or another thread holding the
@@ -400,7 +438,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         output_shingles=out_shingles,
         output_digests=out_digests,
         loop_lag_max_ms=lag_ms,
-        client_saturated=own_lag_ms is not None and own_lag_ms > SATURATED_LAG_MS,
+        client_saturated=saturated,
+        gc_paused=consumer_paused or loop_paused,
         cpu_starved=consumer_starved or loop_starved,
         prompt_text=prompt_text(payload)[:limit] if limit > 0 and payload is not None else None,
         output_text="".join(output_pieces)[:limit] if limit > 0 else None,
@@ -419,14 +458,14 @@ def _tier_name(name: str | None) -> str | None:
     return None if name is None else safe_token(name, 40) or None
 
 
-def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, float] | None:
-    """The worst lateness of a wake-up whose late span overlaps [t_start, t_end], and the worst
-    of what the loop's own work explains (ms): a wake-up at w that was l late means the loop
-    could not run from w − l to w. None when no wake-up fell in the window (a call shorter than
-    one tick, or a loop that stopped)."""
-    wakes, lates, owns = log.wakes_ns, log.lates_ns, log.owns_ns
+def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, float, float] | None:
+    """The worst lateness of a wake-up whose late span overlaps [t_start, t_end], the worst of
+    what the loop's own work explains, and the worst of that with garbage collection's pauses
+    (ms): a wake-up at w that was l late means the loop could not run from w − l to w. None
+    when no wake-up fell in the window (a call shorter than one tick, or a loop that stopped)."""
+    wakes, lates, owns, paused = log.wakes_ns, log.lates_ns, log.owns_ns, log.paused_ns
     worst: int | None = None
-    worst_own = 0
+    worst_own = worst_paused = 0
     index = bisect.bisect_left(wakes, t_start)
     while index < len(wakes):
         woke, late = wakes[index], max(lates[index], 0)
@@ -435,8 +474,9 @@ def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, flo
             break
         worst = late if worst is None else max(worst, late)
         worst_own = max(worst_own, owns[index])
+        worst_paused = max(worst_paused, owns[index] + paused[index])
         index += 1
-    return None if worst is None else (worst / 1e6, worst_own / 1e6)
+    return None if worst is None else (worst / 1e6, worst_own / 1e6, worst_paused / 1e6)
 
 
 def _split_url(url: str) -> tuple[str, str]:
@@ -460,23 +500,46 @@ def _request_fields(payload: dict[str, Any] | None) -> tuple[str | None, bool]:
 class _Pace:
     """What the consumer-bound detector found in a call's reads: the content chunks found
     buffered after an absence that was the consumer's own (`bound_chunks`), those whose absence
-    was mostly its thread waiting for a CPU (`starved_chunks`, with their away and queued time),
-    and the away time before the first content event, all of it and less that wait."""
+    was long enough only with garbage collection's pause in it (`paused_chunks`, with that
+    pause), those whose absence was mostly its thread waiting for a CPU (`starved_chunks`, with
+    their away and queued time), and the away time before the first content event: the
+    consumer's own, the collector's, and all of it."""
 
     bound_chunks: int = 0
+    paused_chunks: int = 0
+    paused_ns: int = 0
     starved_chunks: int = 0
     starved_away_ns: int = 0
     starved_queued_ns: int = 0
-    first_away_ns: int = 0
     first_own_ns: int = 0
+    first_paused_ns: int = 0
+    first_away_ns: int = 0
+    # The most any chunk of each kind was held back (`_held_back`; None for none such, inf where
+    # it cannot be estimated).
+    bound_held_ns: float | None = None
+    paused_held_ns: float | None = None
+    starved_held_ns: float | None = None
 
-    def bound(self, content_chunks: int, *, own: bool) -> bool:
-        """Whether the consumer held the call's stamps back: counting only its own absences
-        (`own`), or every absence, the machine's included."""
-        chunks = self.bound_chunks + (0 if own else self.starved_chunks)
-        away = self.first_own_ns if own else self.first_away_ns
+    def bound(self, content_chunks: int, *, paused: bool = False, queued: bool = False) -> bool:
+        """Whether the consumer held the call's stamps back: counting only its own absences,
+        or with garbage collection's pauses (`paused`), or every absence, the machine's
+        included (`queued`)."""
+        chunks = self.bound_chunks
+        away = self.first_own_ns
+        held = [self.bound_held_ns]
+        if paused or queued:
+            chunks += self.paused_chunks
+            away += self.first_paused_ns
+            held.append(self.paused_held_ns)
+        if queued:
+            chunks += self.starved_chunks
+            away = self.first_away_ns
+            held.append(self.starved_held_ns)
+        late = max((h for h in held if h is not None), default=0.0) > HOLD_BACK_NS
         return (
-            chunks >= CONSUMER_BOUND_MIN and chunks > CONSUMER_BOUND_FRACTION * content_chunks
+            chunks >= CONSUMER_BOUND_MIN
+            and chunks > CONSUMER_BOUND_FRACTION * content_chunks
+            and late
         ) or away > FIRST_CONTENT_AWAY_NS
 
 
@@ -487,6 +550,7 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
         return pace
     queued = dict(record.queued)
     cpu = dict(record.read_cpu)
+    collected = dict(record.paused)
     all_reads = record.reads
 
     def waited(index: int) -> int:
@@ -494,33 +558,88 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
         asked, arrived, _ = all_reads[index]
         return arrived - asked - cpu.get(index, 0)
 
-    def absence(index: int) -> tuple[int, int]:
-        """How long the consumer was away before read `index`, and how much of that was its
-        own (less the wait for a CPU, which cannot exceed the absence)."""
+    def absence(index: int) -> tuple[int, int, int]:
+        """How long the consumer was away before read `index`; how much of that garbage
+        collection held the process; and how much was the consumer's own, less both that and
+        the wait for a CPU (neither can exceed the absence)."""
         previous = all_reads[index - 1][1] if index else headers
         away = max(all_reads[index][0] - previous, 0)
-        return away, away - min(queued.get(index, 0), away)
+        own = away - min(queued.get(index, 0), away)
+        paused = min(collected.get(index, 0), own)
+        return away, paused, own - paused
+
+    held_back = _held_back(record, reads, waited)
+
+    def most(so_far: float | None, index: int) -> float:
+        held = held_back(index)
+        return held if so_far is None else max(so_far, held)
 
     for index in reads:
         if waited(index) >= WAIT_NS:
             continue
-        away, own = absence(index)
+        away, paused, own = absence(index)
         if own > BOUND_AWAY_NS:
             pace.bound_chunks += 1
+            pace.bound_held_ns = most(pace.bound_held_ns, index)
+        elif own + paused > BOUND_AWAY_NS:
+            pace.paused_chunks += 1
+            pace.paused_ns += paused
+            pace.paused_held_ns = most(pace.paused_held_ns, index)
         elif away > BOUND_AWAY_NS:
             pace.starved_chunks += 1
             pace.starved_away_ns += away
-            pace.starved_queued_ns += away - own
+            pace.starved_queued_ns += away - own - paused
+            pace.starved_held_ns = most(pace.starved_held_ns, index)
     # Before the first content event, absence adds up: its stamp is ttft. Had the event not been
     # there yet, the read that brought it would have waited for it and stamped its arrival.
     if reads:
         first = reads[0]
         if waited(first) < WAIT_NS:
             for index in range(first + 1):
-                away, own = absence(index)
+                away, paused, own = absence(index)
                 pace.first_away_ns += away
+                pace.first_paused_ns += paused
                 pace.first_own_ns += own
     return pace
+
+
+def _held_back(
+    record: WireRecord, content: list[int], waited: Callable[[int], int]
+) -> Callable[[int], float]:
+    """How late the stamp of a buffered read was, estimated (ns; inf where it cannot be): the
+    reads that waited for their data were stamped on arrival, and a buffered read's data arrived
+    after the last of them before it (L) and before the first after it (R), in order. Spread
+    evenly between the two, read j's data came at a_L + (j - L) / (R - L) * (a_R - a_L). With no
+    read that waited after it, the call's own pace stands in for R: the median gap between two
+    consecutive content reads that both waited, past the first (its gap is ttft's); a consumer
+    behind to the end with no such pair is held back by an unknown amount: inf."""
+    reads = record.reads
+    headers = record.t_headers_ns or 0
+    arrivals = [read[1] for read in reads]
+    on_time = [index for index in range(len(reads)) if waited(index) >= WAIT_NS]
+    is_on_time = set(on_time)
+    gaps = sorted(
+        arrivals[b] - arrivals[a]
+        for a, b in itertools.pairwise(content[1:])
+        if b == a + 1 and a in is_on_time and b in is_on_time
+    )
+    step = gaps[len(gaps) // 2] if gaps else None
+
+    def held(index: int) -> float:
+        at = bisect.bisect_left(on_time, index)
+        left = on_time[at - 1] if at else -1
+        left_arrival = arrivals[left] if left >= 0 else headers
+        if at < len(on_time):
+            right = on_time[at]
+            share = (index - left) / (right - left)
+            arrival = left_arrival + share * (arrivals[right] - left_arrival)
+        elif step is not None:
+            arrival = left_arrival + (index - left) * step
+        else:
+            return math.inf
+        return max(arrivals[index] - arrival, 0.0)
+
+    return held
 
 
 def _t_end(record: WireRecord) -> int:

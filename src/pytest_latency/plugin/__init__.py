@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # A worker builds each test's blocks of the result file when the controller will write one
     # (the same options reach every process).
     run.handoff.blocks = _outputs.files_wanted(config)
-    tracker = TestTracker(run.router, run.handoff)
+    tracker = TestTracker(run.router, run.handoff, freeze_gc=settings.freeze_gc)
     config.pluginmanager.register(tracker, TRACKER_NAME)
     if settings.capture == "auto":
         from pytest_latency.capture import install_auto_capture

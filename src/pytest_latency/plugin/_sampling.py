@@ -9,6 +9,7 @@ missed budget. Its measurements ride on the call report as plain data.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -211,10 +212,14 @@ class TestTracker:
 
     __test__ = False  # not a test class, whatever pytest's collection patterns say
 
-    def __init__(self, router: Router, handoff: Handoff) -> None:
+    def __init__(self, router: Router, handoff: Handoff, *, freeze_gc: bool = True) -> None:
         self._router = router
         self._handoff = handoff
         self._outcome = "passed"  # the running test's outcome so far (setup, then call)
+        # `--latency-gc=freeze`: how many SDKs had been warmed at the last gc.freeze (None: not
+        # frozen yet this session; see `_freeze_gc`).
+        self._freeze_gc = freeze_gc
+        self._frozen_after: int | None = None
         # False on a pytest-xdist controller: its workers run the tests, and the logstart and
         # reports it sees are theirs, forwarded; a call the controller makes belongs to no test.
         self._runs_tests = True
@@ -235,6 +240,8 @@ class TestTracker:
     # around it (output capture, logging); it ends before the call report is made.
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
+        if self._freeze_gc:
+            self._freeze()
         if PLAN_KEY in item.stash:  # a planned test's samples are the sampler's
             return (yield)
         self._router.begin_plain_run()
@@ -242,6 +249,21 @@ class TestTracker:
             return (yield)
         finally:
             self._router.end_plain_run()
+
+    def _freeze(self) -> None:
+        """gc.freeze when the session's first test body starts (the test modules, conftests and
+        session fixtures exist by then) and again after a setup that warmed an SDK (its models
+        live as long as the process): a collection during a call then scans only what was made
+        since (`gc_pauses`). Never otherwise: what the tests leave behind must stay collectable.
+        O(1) either way."""
+        warm = sys.modules.get("pytest_latency.plugin._warm")
+        warmed = 0 if warm is None else warm.warmed()
+        if self._frozen_after == warmed:
+            return
+        from pytest_latency.gc_pauses import freeze
+
+        freeze()
+        self._frozen_after = warmed
 
     # First: the record must be on the report before pytest-xdist forwards it or anyone reads it.
     @pytest.hookimpl(tryfirst=True)

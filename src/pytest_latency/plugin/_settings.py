@@ -50,7 +50,8 @@ READ_AHEAD_DESC = (
 FLAGGED_DESC = (
     # The flags are catalogue.DISTORTING_FLAGS (not imported here: pytest loads this module in
     # every session); tests/test_saturation.py checks this list against it.
-    "What budgets do with flagged calls (consumer_bound, client_saturated, capped, cpu_starved: "
+    "What budgets do with flagged calls (consumer_bound, client_saturated, capped, cpu_starved, "
+    "gc_paused: "
     "their timings do not measure the server's response): 'keep' (default) judges them like any "
     "call, 'exclude' leaves them out of the timing pools (they stay in counts and reports), 'fail' "
     "fails a budgeted test that has any"
@@ -60,6 +61,14 @@ CAPTURE_TEXT_DESC = (
     "(latency.calls, and the per-test data on the test report; never in the result file or "
     "the reports), for debugging (default 0: never; only sizes and hashes are kept)"
 )
+GC_DESC = (
+    "'freeze' (default): when the first test's body starts, and after a test's setup warmed an "
+    "SDK, move every object alive to the garbage collector's permanent generation "
+    "(gc.freeze), so that a collection during a call scans only what was made since, not the "
+    "~230k objects the SDKs and pytest hold (~110 ms a full collection); 'keep' leaves the "
+    "collector alone"
+)
+GC_CHOICES = ("freeze", "keep")
 MARKER_DESC = (
     "latency(*expectations, samples=1, warmup=0, max_samples=None): judge the LLM calls of this "
     "test against budget expressions such as 'ttft.p95 < 400ms'; run the body warmup + samples "
@@ -141,7 +150,11 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         help=CAPTURE_TEXT_DESC,
     )
+    group.addoption(
+        "--latency-gc", dest="latency_gc", type=_choice(GC_CHOICES, "gc policy"), help=GC_DESC
+    )
     parser.addini("latency_capture", CAPTURE_DESC, default="fixtures")
+    parser.addini("latency_gc", GC_DESC, default="freeze")
     parser.addini("latency_flagged", FLAGGED_DESC, default=DEFAULT_FLAGGED)
     parser.addini("latency_capture_text", CAPTURE_TEXT_DESC, default="0")
     parser.addini("latency_read_ahead", READ_AHEAD_DESC, type="bool", default=False)
@@ -248,4 +261,9 @@ def read_settings(config: pytest.Config) -> Settings:
         ),
         flagged=flagged or DEFAULT_FLAGGED,
         capture_text=_capture_text(config),
+        freeze_gc=_gc(config) == "freeze",
     )
+
+
+def _gc(config: pytest.Config) -> str:
+    return _cli(config, "latency_gc") or _ini_choice(config, "latency_gc", GC_CHOICES) or "freeze"

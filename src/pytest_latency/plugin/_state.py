@@ -65,6 +65,9 @@ class Settings(NamedTuple):
     flagged: str = "keep"
     # `--latency-capture-text=N`: characters of prompt/output text kept per call; 0 keeps none.
     capture_text: int = 0
+    # `--latency-gc=freeze` (default): gc.freeze when the first test's body starts, and after a
+    # setup that warmed an SDK (`plugin._sampling.TestTracker`).
+    freeze_gc: bool = True
 
 
 class SamplingPlan(NamedTuple):

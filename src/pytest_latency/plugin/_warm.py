@@ -151,6 +151,11 @@ def warm(provider: str) -> None:
             warm_prices()
 
 
+def warmed() -> int:
+    """How many SDKs this process has warmed (the gc freeze re-freezes when it grows)."""
+    return len(_WARMED)
+
+
 def warm_imported() -> None:
     """Warm every SDK this process has imported: a measured test's module (or its conftest)
     imported it to build its own clients, for `instrument()` or `--latency-capture=auto`."""
@@ -161,4 +166,4 @@ def warm_imported() -> None:
             warm(provider)
 
 
-__all__ = ["warm", "warm_imported"]
+__all__ = ["warm", "warm_imported", "warmed"]

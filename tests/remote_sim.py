@@ -1,0 +1,28 @@
+"""The simulator in a process of its own, as a real server is: the plugin's in-process one
+shares the consumer's GIL, so a server thread the machine preempts while it holds the GIL keeps
+the consumer waiting without being runnable (docs/metrics.md, "A busy machine"), and a garbage
+collection in the consumer stops the server too, so nothing is ever found buffered after it."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def remote_simulator(*flags: str) -> Iterator[str]:
+    """`pytest-latency sim` on a free port with `flags`; its base URL."""
+    command = [sys.executable, "-m", "pytest_latency.cli", "sim", "--port=0", *flags]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "listening on" in line, line
+        yield line.rsplit(" ", 1)[-1].strip()
+    finally:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
