@@ -346,3 +346,26 @@ def test_the_service_tier_and_the_one_hour_cache_are_priced_as_the_table_prices_
     assert hour.cost is not None and five.cost is not None
     assert hour.cost - five.cost == pytest.approx(1000 * (2.0 - 1.25))
     assert hour.cost_cache_extra == pytest.approx(1000 * 1.0)
+
+
+def test_the_docs_budgets_files_load() -> None:
+    """Every budgets.toml the docs show (docs/ci.md's money gate, docs/budgets.md's examples) is
+    one a user can paste: it loads, and its price overrides are what it says."""
+    import re
+
+    from pytest_latency.budgets import parse_budget_file
+
+    docs = Path(__file__).parent.parent / "docs"
+    blocks = {
+        name: re.findall(r"```toml\n(.*?)```", (docs / name).read_text(), flags=re.DOTALL)
+        for name in ("ci.md", "budgets.md")
+    }
+    assert blocks["ci.md"], "docs/ci.md lost its money gate"
+    for name, texts in blocks.items():
+        for text in texts:
+            parse_budget_file(text, path=f"docs/{name}")
+    (gate,) = [t for t in blocks["ci.md"] if "[prices." in t]
+    loaded = parse_budget_file(gate, path="docs/ci.md")
+    assert [e.text for e in loaded.session] == ["cost.sum < $2", "output_tokens.sum < 200000"]
+    (price,) = loaded.prices
+    assert (price.model, price.input, price.cache_read) == ("my-finetune", 0.50, 0.05)

@@ -80,8 +80,27 @@ def run(records: list[WireRecord], body: Body, *, samples: int, warmup: int = 1)
     return {"nodeid": "t", "samples": samples, "warmup": warmup, "calls": calls, "manual": []}
 
 
+# What the process did to the measurement, not the suite's disease: true of this run when they
+# fire (this suite's own process is large, its heap unfrozen, and shared with other tests'
+# servers), and said in their own findings. A CI run found `found == ["prefill_bound"]` with a
+# consumer_bound beside it (session 7: a garbage collection, now gc_paused).
+ENVIRONMENT = {diagnose.CPU_STARVED, diagnose.GC_PAUSED}
+
+
+def diagnosed(
+    data: dict[str, Any], thresholds: diagnose.Thresholds | None = None
+) -> list[diagnose.Finding]:
+    pool = pool_of(data)
+    found = (
+        diagnose.diagnose_test(pool)
+        if thresholds is None
+        else diagnose.diagnose_test(pool, thresholds)
+    )
+    return [f for f in found if f.kind not in ENVIRONMENT]
+
+
 def kinds(data: dict[str, Any]) -> list[str]:
-    return [f.kind for f in diagnose.diagnose_test(pool_of(data))]
+    return [f.kind for f in diagnosed(data)]
 
 
 def stream_claude(client: Any, *, system: Any, user: str, max_tokens: int = 64) -> str:
@@ -105,7 +124,7 @@ def test_prefill_bound_suite(sim: SimServer, claude: Any, records: list[WireReco
 
     # The warmup sample absorbs the first call's connection setup (tens of ms here).
     data = run(records, body, samples=10, warmup=1)
-    found = diagnose.diagnose_test(pool_of(data))
+    found = diagnosed(data)
     assert [f.kind for f in found] == ["prefill_bound"]
     evidence = found[0].evidence
     assert evidence["share_before_first_token"] > 0.7
@@ -130,7 +149,7 @@ def test_decode_bound_suite(sim: SimServer, gpt: Any, records: list[WireRecord])
             pass
 
     data = run(records, body, samples=5)
-    found = diagnose.diagnose_test(pool_of(data))
+    found = diagnosed(data)
     assert [f.kind for f in found] == ["decode_bound"]
     assert found[0].evidence["median_output_tokens"] == 300
     assert found[0].evidence["decode_us_per_token"] == pytest.approx(300, rel=0.25)
@@ -174,7 +193,7 @@ def test_below_cache_minimum_suite(sim: SimServer, claude: Any, records: list[Wi
     assert 380 <= evidence["breakpoint_tokens_median"] <= 420
     assert evidence["cache_tokens_read_or_written"] == 0  # the simulator, too, cached nothing
     # The minimum is a parameter: at a 256-token floor the same prompts are fine.
-    assert diagnose.diagnose_test(pool_of(data), diagnose.Thresholds(cache_min_tokens=256)) == []
+    assert diagnosed(data, diagnose.Thresholds(cache_min_tokens=256)) == []
 
 
 def test_serial_independent_suite(sim: SimServer, gpt: Any, records: list[WireRecord]) -> None:
@@ -186,7 +205,7 @@ def test_serial_independent_suite(sim: SimServer, gpt: Any, records: list[WireRe
 
     sim.set_model(BASE.replace(decode_ms_per_token=0.5))
     data = run(records, body, samples=4)
-    found = diagnose.diagnose_test(pool_of(data))
+    found = diagnosed(data)
     assert [f.kind for f in found] == ["serial_independent_calls"]
     evidence = found[0].evidence
     assert evidence["samples_with_pairs"] == evidence["samples"] == 4
@@ -221,6 +240,6 @@ def test_healthy_suite_has_no_findings(
                 pass
 
     data = run(records, body, samples=5, warmup=1)
-    assert diagnose.diagnose_test(pool_of(data)) == []
+    assert diagnosed(data) == []
     ratio = [c["attempts"][0]["cache_read_tokens"] for c in data["calls"] if not c["warmup"]]
     assert all(r > 1024 for r in ratio)

@@ -107,14 +107,24 @@ def test_the_first_test_body_starts_with_the_heap_frozen_unless_told_to_keep_it(
 ) -> None:
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_inner=FREEZE)
-    gc.unfreeze()  # what this suite's conftest, or an earlier in-process run, froze
+    assert gc.get_freeze_count() == 0  # an earlier inline run thawed what it froze
+    result = pytester.runpytest(*option)
+    result.assert_outcomes(passed=1)
+    count = json.loads(Path(pytester.path, "frozen.json").read_text())
+    assert (count > 0) is frozen, count
+    # The session leaves the collector as it found it: this process's garbage collectable.
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_session_leaves_what_was_frozen_before_it_frozen(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_inner=FREEZE)
+    gc.freeze()
     try:
-        result = pytester.runpytest(*option)
-        result.assert_outcomes(passed=1)
-        count = json.loads(Path(pytester.path, "frozen.json").read_text())
-        assert (count > 0) is frozen, count
+        before = gc.get_freeze_count()
+        pytester.runpytest().assert_outcomes(passed=1)
+        assert gc.get_freeze_count() >= before > 0
     finally:
-        gc.freeze()
+        gc.unfreeze()
 
 
 def test_a_bad_gc_policy_in_the_ini_file_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -16,7 +16,8 @@ held a call back (`gc_paused`).
 a session, when the first measured test starts: the modules, fixtures and warmed SDK models
 that exist then live as long as the run.
 
-Owns `PAUSED`, its `gc.callbacks` hook (installed on import; ~1 µs a collection), and `freeze`.
+Owns `PAUSED`, its `gc.callbacks` hook (installed on import; ~1 µs a collection), `freeze` and
+`thaw` (the plugin thaws at its session's end what it froze).
 Imports only the standard library.
 """
 
@@ -53,11 +54,22 @@ def install() -> None:
 
 
 def freeze() -> int:
-    """Exempt every object alive now from later collections; how many were moved."""
+    """Exempt every object alive now from later collections; how many are exempt in all."""
     gc.freeze()
     return gc.get_freeze_count()
 
 
+def frozen() -> int:
+    """How many objects are exempt from collection now (`gc.freeze`'s, anyone's)."""
+    return gc.get_freeze_count()
+
+
+def thaw() -> None:
+    """Make every frozen object collectable again (the plugin does at its session's end, when
+    nothing was frozen at its start)."""
+    gc.unfreeze()
+
+
 install()
 
-__all__ = ["PAUSED", "freeze", "install", "paused_ns"]
+__all__ = ["PAUSED", "freeze", "frozen", "install", "paused_ns", "thaw"]

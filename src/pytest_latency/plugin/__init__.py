@@ -103,6 +103,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    tracker = config.pluginmanager.get_plugin(TRACKER_NAME)
+    if isinstance(tracker, TestTracker):
+        tracker.thaw()
     for name in (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME, WORKER_NAME, HELD_NAME):
         registered = config.pluginmanager.get_plugin(name)
         if registered is not None:

@@ -220,6 +220,7 @@ class TestTracker:
         # frozen yet this session; see `_freeze_gc`).
         self._freeze_gc = freeze_gc
         self._frozen_after: int | None = None
+        self._thaw = False  # nothing was frozen before this session's first freeze
         # False on a pytest-xdist controller: its workers run the tests, and the logstart and
         # reports it sees are theirs, forwarded; a call the controller makes belongs to no test.
         self._runs_tests = True
@@ -260,10 +261,23 @@ class TestTracker:
         warmed = 0 if warm is None else warm.warmed()
         if self._frozen_after == warmed:
             return
-        from pytest_latency.gc_pauses import freeze
+        from pytest_latency import gc_pauses
 
-        freeze()
+        if self._frozen_after is None:
+            self._thaw = gc_pauses.frozen() == 0
+        gc_pauses.freeze()
         self._frozen_after = warmed
+
+    def thaw(self) -> None:
+        """At the session's end, leave the collector as the session found it: what it froze is
+        collectable again (a session nested in a test, pytester's inline runs, must not leave
+        its host process's garbage uncollectable; a test of the host's saw a closed event loop
+        outlive gc.collect()). O(1)."""
+        if self._thaw:
+            from pytest_latency import gc_pauses
+
+            gc_pauses.thaw()
+            self._thaw = False
 
     # First: the record must be on the report before pytest-xdist forwards it or anyone reads it.
     @pytest.hookimpl(tryfirst=True)
