@@ -62,6 +62,11 @@ CONSUMER_BOUND_MIN = 2
 # that stays behind to the end of the stream leaves no read after it to estimate from, and
 # counts as held back; one sleeping 25 ms a chunk, or doing 2 ms of work on a 0.3 ms one, does.
 HOLD_BACK_NS = 10_000_000
+# The reads `_held_back` takes for arrivals: those that waited over 1 ms for their data. A
+# buffered async read can take longer than WAIT_NS, the loop running other tasks in its await
+# (the lag monitor's, the test's): a consumer sleeping 12 ms a chunk on an instant stream had
+# such reads 12 ms apart, taken for the stream's pace, and went unflagged (CI, session 7).
+ARRIVAL_WAIT_NS = 1_000_000
 # Before the first content event, absence adds up: its stamp is ttft. The first call of a
 # process through `responses.stream()` spends ~400 ms building the SDK's pydantic models after
 # `response.created`, and the delta that had arrived meanwhile was stamped when the SDK asked
@@ -606,17 +611,18 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
 def _held_back(
     record: WireRecord, content: list[int], waited: Callable[[int], int]
 ) -> Callable[[int], float]:
-    """How late the stamp of a buffered read was, estimated (ns; inf where it cannot be): the
-    reads that waited for their data were stamped on arrival, and a buffered read's data arrived
-    after the last of them before it (L) and before the first after it (R), in order. Spread
-    evenly between the two, read j's data came at a_L + (j - L) / (R - L) * (a_R - a_L). With no
-    read that waited after it, the call's own pace stands in for R: the median gap between two
-    consecutive content reads that both waited, past the first (its gap is ttft's); a consumer
-    behind to the end with no such pair is held back by an unknown amount: inf."""
+    """How late the stamp of a buffered read was, estimated (ns; inf where it cannot be): the reads
+    that waited for their data (over `ARRIVAL_WAIT_NS`) were stamped on arrival, and a buffered
+    read's data arrived after the last of them before it (L) and before the first after it (R),
+    in order. Spread evenly between the two, read j's data came at a_L + (j - L) / (R - L) *
+    (a_R - a_L). With no read that waited after it, the call's own pace stands in for R: the
+    median gap between two consecutive content reads that both waited, past the first (its gap
+    is ttft's); a consumer behind to the end with no such pair is held back by an unknown
+    amount: inf."""
     reads = record.reads
     headers = record.t_headers_ns or 0
     arrivals = [read[1] for read in reads]
-    on_time = [index for index in range(len(reads)) if waited(index) >= WAIT_NS]
+    on_time = [index for index in range(len(reads)) if waited(index) >= ARRIVAL_WAIT_NS]
     is_on_time = set(on_time)
     gaps = sorted(
         arrivals[b] - arrivals[a]
