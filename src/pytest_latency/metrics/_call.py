@@ -66,7 +66,7 @@ HOLD_BACK_NS = 10_000_000
 # buffered async read can take longer than WAIT_NS, the loop running other tasks in its await
 # (the lag monitor's, the test's): a consumer sleeping 12 ms a chunk on an instant stream had
 # such reads 12 ms apart, taken for the stream's pace, and went unflagged (CI, session 7).
-ARRIVAL_WAIT_NS = 1_000_000
+ARRIVAL_WAIT_NS = 1_000_000  # less the read's wait for a CPU and GC pauses: `_consumer_pace`
 # Before the first content event, absence adds up: its stamp is ttft. The first call of a
 # process through `responses.stream()` spends ~400 ms building the SDK's pydantic models after
 # `response.created`, and the delta that had arrived meanwhile was stamped when the SDK asked
@@ -573,7 +573,14 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
         paused = min(collected.get(index, 0), own)
         return away, paused, own - paused
 
-    held_back = _held_back(record, reads, waited)
+    def waited_for_data(index: int) -> int:
+        """`waited`, less what the reading's span spent waiting for a CPU or held by garbage
+        collection (over-subtracted where those fell in the absence before: fewer arrivals,
+        never a false one; beside two CPU hogs a read preempted mid-way waited milliseconds
+        for its thread, not its data, and 2 ms-a-chunk work went unflagged, CI session 7)."""
+        return waited(index) - queued.get(index, 0) - collected.get(index, 0)
+
+    held_back = _held_back(record, reads, waited_for_data)
 
     def most(so_far: float | None, index: int) -> float:
         held = held_back(index)
