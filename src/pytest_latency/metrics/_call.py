@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Final
@@ -59,8 +58,9 @@ CONSUMER_BOUND_MIN = 2
 # sleep takes 10x its median 1 time in 100): the next chunks of a 4.5 ms-a-chunk stream are found
 # buffered, 2-5 of 16 counted, and 6 calls in 150 were flagged, though the consumer was back in
 # step a few chunks on and the estimate put their stamps 0-7.4 ms late (session 7). A consumer
-# that stays behind to the end of the stream leaves no read after it to estimate from, and
-# counts as held back; one sleeping 25 ms a chunk, or doing 2 ms of work on a 0.3 ms one, does.
+# that stays behind to the end of the stream is judged on the stream's pace, or on the most it
+# can have been held back (the time since the last arrival): one sleeping 25 ms a chunk, or
+# doing 2 ms of work on a 0.3 ms one, is over the limit within a few chunks.
 HOLD_BACK_NS = 10_000_000
 # The reads `_held_back` takes for arrivals: those that waited over 1 ms for their data. A
 # buffered async read can take longer than WAIT_NS, the loop running other tasks in its await
@@ -519,8 +519,7 @@ class _Pace:
     first_own_ns: int = 0
     first_paused_ns: int = 0
     first_away_ns: int = 0
-    # The most any chunk of each kind was held back (`_held_back`; None for none such, inf where
-    # it cannot be estimated).
+    # The most any chunk of each kind was held back (`_held_back`; None for none such).
     bound_held_ns: float | None = None
     paused_held_ns: float | None = None
     starved_held_ns: float | None = None
@@ -618,14 +617,15 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
 def _held_back(
     record: WireRecord, content: list[int], waited: Callable[[int], int]
 ) -> Callable[[int], float]:
-    """How late the stamp of a buffered read was, estimated (ns; inf where it cannot be): the reads
+    """How late the stamp of a buffered read was, estimated (ns): the reads
     that waited for their data (over `ARRIVAL_WAIT_NS`) were stamped on arrival, and a buffered
     read's data arrived after the last of them before it (L) and before the first after it (R),
     in order. Spread evenly between the two, read j's data came at a_L + (j - L) / (R - L) *
     (a_R - a_L). With no read that waited after it, the call's own pace stands in for R: the
     median gap between two consecutive content reads that both waited, past the first (its gap
-    is ttft's); a consumer behind to the end with no such pair is held back by an unknown
-    amount: inf."""
+    is ttft's); for a consumer behind to the end with no such pair, the most it can have been:
+    the time since a_L (a stream sent faster than the SDK parses it, with a stall or two in the
+    parsing, came out 7.6 ms)."""
     reads = record.reads
     headers = record.t_headers_ns or 0
     arrivals = [read[1] for read in reads]
@@ -649,7 +649,8 @@ def _held_back(
         elif step is not None:
             arrival = left_arrival + (index - left) * step
         else:
-            return math.inf
+            # Its data came after L's at least: the time since is the most it can have been held.
+            arrival = left_arrival
         return max(arrivals[index] - arrival, 0.0)
 
     return held
