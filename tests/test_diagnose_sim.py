@@ -114,10 +114,11 @@ def stream_claude(client: Any, *, system: Any, user: str, max_tokens: int = 64) 
 
 
 def test_prefill_bound_suite(sim: SimServer, claude: Any, records: list[WireRecord]) -> None:
-    # Decode at 0.5 ms a token, not faster: at 0.05 ms (20k tokens/s, no real server's pace)
-    # every event is buffered before the SDK has parsed the one before, the SDK's pace shows in
-    # the stamps, and 1 run in 7 was rightly diagnosed consumer_bound as well (session 7).
-    sim.set_model(BASE.replace(prefill_us_per_token=6.0, decode_ms_per_token=0.5, output_tokens=8))
+    # Decode at 2 ms a token, not faster: at 0.05 ms (20k tokens/s, no real server's pace) every
+    # event is buffered before the SDK has parsed the one before, the SDK's pace shows in the
+    # stamps, and 1 run in 7 was rightly diagnosed consumer_bound as well; at 0.5 ms, 1 CI run
+    # in 2 (this suite's large process parses slower) (session 7).
+    sim.set_model(BASE.replace(prefill_us_per_token=6.0, decode_ms_per_token=2.0, output_tokens=4))
     sizes = itertools.cycle([2000, 3500, 5000, 6500, 8000])
 
     def body(i: int) -> None:
