@@ -388,7 +388,7 @@ def test_exclude_and_fail_on_a_consumer_bound_call(tester: pytest.Pytester) -> N
     # (session 6), and again in 1 of 2 at session 7's end, after garbage collection and the VM's
     # stalls were told apart (gc_paused; held back under 10 ms). At most one is tolerated
     # until the cause is found (session 7 note).
-    allowed = ([], ["cpu_starved"], ["gc_paused"], ["consumer_bound"])
+    allowed: tuple[list[str], ...] = ([], ["cpu_starved"], ["gc_paused"], ["consumer_bound"])
     assert all(f in allowed for f in flags[:3]), flags
     assert sum(f == ["consumer_bound"] for f in flags[:3]) <= 1, flags
     fail = tester.runpytest("--latency-sim=instant", "--latency-flagged=fail")
