@@ -11,6 +11,20 @@ import sys
 from collections.abc import Iterator
 
 
+def paced(*, decode_ms_per_token: float, output_tokens: int) -> tuple[str, ...]:
+    """`sim` flags for a noise-free stream of one token a chunk, `decode_ms_per_token` apart,
+    whose first token comes 1 ms after the request."""
+    return (
+        "--preset=instant",
+        "--ttfb-ms=1",
+        "--prefill-us-per-token=0",
+        f"--decode-ms-per-token={decode_ms_per_token}",
+        "--tokens-per-chunk=1",
+        f"--output-tokens={output_tokens}",
+        "--jitter=0",
+    )
+
+
 @contextlib.contextmanager
 def remote_simulator(*flags: str) -> Iterator[str]:
     """`pytest-latency sim` on a free port with `flags`; its base URL."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from remote_sim import remote_simulator
+from remote_sim import paced, remote_simulator
 
 INNER = """
 import json, os, time
@@ -58,15 +58,7 @@ PASS_CALLS = 6
 # 60 tokens 0.3 ms apart, one a chunk: a consumer that has the CPU keeps up (the SDK parses a
 # chunk in ~0.1 ms), one that does 2 ms of CPU work a chunk falls behind. On a third of a CPU,
 # the pass loop is preempted mid-chunk every few chunks, for a hog's slice.
-SIM_FLAGS = (
-    "--preset=instant",
-    "--ttfb-ms=1",
-    "--prefill-us-per-token=0",
-    "--decode-ms-per-token=0.3",
-    "--tokens-per-chunk=1",
-    "--output-tokens=60",
-    "--jitter=0",
-)
+SIM_FLAGS = paced(decode_ms_per_token=0.3, output_tokens=60)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from remote_sim import remote_simulator
+from remote_sim import paced, remote_simulator
 
 from pytest_latency import gc_pauses
 
@@ -53,17 +53,9 @@ def test_consumer(openai_client, latency, work):
                    "collect_ms": collect_ms, "chunks": call.final.content_chunks}, f)
 """
 
-# 20 tokens 2 ms apart: a consumer that stops for a full collection of ~1M objects (tens of ms)
-# each chunk finds the next ones buffered.
-SIM_FLAGS = (
-    "--preset=instant",
-    "--ttfb-ms=1",
-    "--prefill-us-per-token=0",
-    "--decode-ms-per-token=2",
-    "--tokens-per-chunk=1",
-    "--output-tokens=20",
-    "--jitter=0",
-)
+# 20 tokens 2 ms apart: a consumer that stops for a full collection of the 100k-object heap
+# (tens of ms) each chunk finds the next ones buffered.
+SIM_FLAGS = paced(decode_ms_per_token=2, output_tokens=20)
 
 
 @pytest.fixture

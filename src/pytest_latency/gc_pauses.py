@@ -12,9 +12,9 @@ reads the run-queue counter, so that `metrics` names the collector, not the test
 held a call back (`gc_paused`).
 
 `freeze()` moves every object alive at that moment to the collector's permanent generation
-(`gc.freeze`, O(1)): later collections scan only what is made after it. The plugin calls it once
-a session, when the first measured test starts: the modules, fixtures and warmed SDK models
-that exist then live as long as the run.
+(`gc.freeze`, O(1)): later collections scan only what is made after it. The plugin calls it when
+a session's first test body starts, and again after a setup that warmed an SDK: the modules,
+fixtures and warmed SDK models that exist then live as long as the run.
 
 Owns `PAUSED`, its `gc.callbacks` hook (installed on import; ~1 µs a collection), `freeze` and
 `thaw` (the plugin thaws at its session's end what it froze).
