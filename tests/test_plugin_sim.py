@@ -439,3 +439,44 @@ def test_auto_sim_stands_in_only_for_providers_nobody_configured(
     result = tester.runpytest("--latency-sim=auto:instant")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*endpoint=simulator (instant) where no provider is configured*"])
+
+
+def test_aiohttp_sessions_are_captured_by_instrument_and_by_auto_capture(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        test_aio="""
+        import asyncio
+        import aiohttp
+        import pytest
+        from pytest_latency import instrument
+
+        CHAT = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": "q"}]}
+
+        async def ask(session, base_url):
+            async with session.post(f"{base_url}/chat/completions", json=CHAT) as response:
+                async for _ in response.content:
+                    pass
+
+        @pytest.mark.latency("ttft.p50 < 5s", "output_tokens.min >= 1", samples=2)
+        def test_auto(llm_sim):
+            async def run():
+                async with aiohttp.ClientSession() as session:
+                    await ask(session, llm_sim.openai_base_url)
+            asyncio.run(run())
+
+        def test_instrumented(llm_sim, latency):
+            async def run():
+                async with aiohttp.ClientSession() as session:
+                    instrument(session)
+                    await asyncio.gather(*(ask(session, llm_sim.openai_base_url)
+                                           for _ in range(3)))
+            asyncio.run(run())
+            assert len(latency.calls) == 3
+            assert all(c.final.ttft is not None and c.final.output_tokens for c in latency.calls)
+        """
+    )
+    tester.runpytest("--latency-sim=instant").assert_outcomes(passed=1, failed=1)
+    result = tester.runpytest("--latency-sim=instant", "--latency-capture=auto")
+    result.assert_outcomes(passed=2)

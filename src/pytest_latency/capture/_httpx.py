@@ -257,11 +257,14 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         record = _start_record(request, clock)
         self._sink(record)
         _stream.watch_loop(record, clock)
+        token = _stream.CAPTURING.set(True)
         try:
             response = await self.inner.handle_async_request(request)
         except BaseException as exc:
             _stream.note_error(record, exc, clock, header_secrets(request.headers.values()))
             raise
+        finally:
+            _stream.CAPTURING.reset(token)
         if not _note_response(record, response, clock):
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)

@@ -2,8 +2,9 @@
 
 Owns the public API of capture and the choice of binding for what it is given: an SDK client
 (anthropic, openai, any Stainless-built SDK) is instrumented through the HTTP client it holds, an
-httpx2/httpx client through its transport and mounts, a transport by its library's wrapper. Knows
-no HTTP library's classes itself: the bindings do.
+httpx2/httpx client through its transport and mounts, a transport by its library's wrapper, an
+aiohttp `ClientSession` by a middleware of its own. Knows no HTTP library's classes itself: the
+bindings do.
 
 May import `attribution` and capture's `_stream` and bindings; never pytest, the SDKs, or an HTTP
 library.
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 from pytest_latency.attribution import Sink, route
-from pytest_latency.capture import _httpx
+from pytest_latency.capture import _aiohttp, _httpx
 from pytest_latency.capture._stream import Clock
 
 _Client = TypeVar("_Client")
@@ -88,12 +89,17 @@ def instrument(
     clock: Clock = time.perf_counter_ns,
     read_ahead: bool = False,
 ) -> _Client:
-    """Instrument an SDK client (anthropic, openai, any Stainless-built SDK) or an HTTP client.
+    """Instrument an SDK client (anthropic, openai, any Stainless-built SDK) or an HTTP client
+    (httpx2/httpx `Client`/`AsyncClient`, aiohttp `ClientSession`).
 
     Returns the same object, typed as given, so `client = instrument(Anthropic())` reads
     naturally. `read_ahead=True` reads response bodies as they arrive rather than when the test
-    asks for them: for test bodies that sleep or await other I/O while streaming.
+    asks for them: for test bodies that sleep or await other I/O while streaming (an aiohttp
+    session's bodies are always stamped as they arrive).
     """
+    if _aiohttp.is_session(client):
+        _aiohttp.instrument_session(client, sink, clock)
+        return client
     http_client = getattr(client, "_client", None)
     if http_client is not None and hasattr(http_client, "_transport"):
         instrument_http_client(http_client, sink=sink, clock=clock, read_ahead=read_ahead)
@@ -102,19 +108,21 @@ def instrument(
         return instrument_http_client(client, sink=sink, clock=clock, read_ahead=read_ahead)
     raise TypeError(
         f"cannot instrument {type(client).__qualname__}: expected an anthropic/openai client "
-        "or an httpx2/httpx Client/AsyncClient"
+        "an httpx2/httpx Client/AsyncClient or an aiohttp ClientSession"
     )
 
 
 def install_auto_capture(
     *, sink: Sink = route, clock: Clock = time.perf_counter_ns, read_ahead: bool = False
 ) -> Callable[[], None]:
-    """Capture every request through the default transports of httpx2 and httpx (those importable).
+    """Capture every request through the default transports of httpx2 and httpx and through
+    aiohttp's `ClientSession` (those importable).
 
     Patches `HTTPTransport.handle_request` and `AsyncHTTPTransport.handle_async_request` at class
-    level, so clients built anywhere (inside SDKs, by the test) are covered; custom transports
-    (aiohttp, mocks) are not, and explicit wrappers keep working without double records.
-    Returns the function that removes the patches.
+    level, and `ClientSession._request` (to add a middleware), so clients built anywhere (inside
+    SDKs and frameworks, by the test) are covered; other custom transports (mocks) are not, and
+    explicit wrappers keep working without double records. Returns the function that removes the
+    patches.
     """
     undo: list[Callable[[], None]] = []
     for library in _httpx.LIBRARIES:
@@ -123,6 +131,12 @@ def install_auto_capture(
         except ImportError:
             continue
         undo.append(_httpx.patch_default_transports(library, sink, clock, read_ahead))
+    try:
+        importlib.import_module(_aiohttp.LIBRARY)
+    except ImportError:
+        pass
+    else:
+        undo.append(_aiohttp.patch_sessions(sink, clock))
 
     def uninstall() -> None:
         for step in reversed(undo):
