@@ -6,9 +6,17 @@ first use. A connection library first loaded inside an inner run would leave tha
 at unloaded classes for the rest of the session, and a refused connection would then surface as
 httpcore2.ConnectError instead of httpx2.ConnectError, depending on test order. Loading both here
 puts them in every snapshot pytester takes.
+
+litellm fetches its model price map from GitHub when first imported, unless told not to (three
+attempts, then its bundled copy); this machine, like many CI runners, has no route there, so the
+suite tells it before any test module imports it.
 """
 
 from __future__ import annotations
 
+import os
+
 import httpcore  # noqa: F401
 import httpcore2  # noqa: F401
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 CAPTURE_DESC = (
     "Which HTTP requests to capture: 'fixtures' (the plugin's clients and instrument()ed ones) "
-    "or 'auto' (every httpx2/httpx request a test makes, by patching the default transports)"
+    "or 'auto' (every httpx2/httpx/aiohttp request a test makes, by patching the default "
+    "transports and aiohttp's ClientSession)"
 )
 SIM_DESC = (
     "Start the built-in simulated LLM endpoint and point the client fixtures at it; the value "
