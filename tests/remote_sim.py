@@ -10,6 +10,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import httpx2
+
+from pytest_latency.sim import TruthRecord
+from pytest_latency.wire import WireRecord
+
 
 def paced(*, decode_ms_per_token: float, output_tokens: int) -> tuple[str, ...]:
     """`sim` flags for a noise-free stream of one token a chunk, `decode_ms_per_token` apart,
@@ -40,3 +45,18 @@ def remote_simulator(*flags: str) -> Iterator[str]:
         process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def truth_log(base_url: str) -> list[TruthRecord]:
+    """What the simulator at `base_url` says it sent, every request so far."""
+    data = httpx2.get(f"{base_url}/_sim/truth").json()
+    records = data["records"] if isinstance(data, dict) else data
+    return [TruthRecord.from_json(r) for r in records]
+
+
+def truth_of(record: WireRecord, truths: list[TruthRecord]) -> TruthRecord:
+    """The server's record of a captured attempt: the one it received while the client waited
+    for the head."""
+    assert record.t_headers_ns is not None
+    (truth,) = [t for t in truths if record.t_start_ns <= t.t_received_ns <= record.t_headers_ns]
+    return truth

@@ -18,12 +18,11 @@ import aiohttp
 import httpx2
 import pytest
 from aiohttp import web
-from remote_sim import paced, remote_simulator
+from remote_sim import paced, remote_simulator, truth_log, truth_of
 
 from pytest_latency import capture
 from pytest_latency.capture import _aiohttp
 from pytest_latency.metrics import call_metrics
-from pytest_latency.sim import TruthRecord
 from pytest_latency.wire import WireRecord
 
 CHAT = {
@@ -46,18 +45,6 @@ def sim() -> Iterator[str]:
         *paced(decode_ms_per_token=DECODE_MS, output_tokens=OUTPUT_TOKENS)
     ) as base:
         yield base
-
-
-def _truths(base: str) -> list[TruthRecord]:
-    data = httpx2.get(f"{base}/_sim/truth").json()
-    records = data["records"] if isinstance(data, dict) else data
-    return [TruthRecord.from_json(r) for r in records]
-
-
-def _pair(record: WireRecord, truths: list[TruthRecord]) -> TruthRecord:
-    assert record.t_headers_ns is not None
-    (truth,) = [t for t in truths if record.t_start_ns <= t.t_received_ns <= record.t_headers_ns]
-    return truth
 
 
 async def _stream_lines(session: aiohttp.ClientSession, base: str) -> None:
@@ -83,12 +70,12 @@ def test_an_instrumented_session_measures_what_the_simulator_sent(sim: str, read
                 await read(session, sim)
 
     asyncio.run(run())
-    truths = _truths(sim)
+    truths = truth_log(sim)
     assert len(records) == 12
     ttft_errors, tpot_errors = [], []
     for record in records[1:]:  # the first is a cold connection
         measured = call_metrics(record)
-        truth = _pair(record, truths)
+        truth = truth_of(record, truths)
         assert measured.error is None and record.complete, record.error_message
         assert record.read_ahead and record.content_encoding == ""
         assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
@@ -120,7 +107,7 @@ def test_stamps_are_arrivals_even_when_the_consumer_dawdles(sim: str) -> None:
     asyncio.run(run())
     record = records[-1]
     measured = call_metrics(record)
-    truth = _pair(record, _truths(sim))
+    truth = truth_of(record, truth_log(sim))
     first_us = (truth.content_events[0].t_sent_ns - record.t_start_ns) / 1000
     assert measured.ttft is not None and abs(measured.ttft - first_us) / 1000 <= MAX_BOUND_MS
     assert measured.tpot is not None and measured.tpot / 1000 < DECODE_MS * 2

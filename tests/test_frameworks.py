@@ -26,7 +26,7 @@ import langchain_openai  # noqa: F401
 import litellm
 import pytest
 from pydantic import SecretStr
-from remote_sim import paced, remote_simulator
+from remote_sim import paced, remote_simulator, truth_log
 
 from pytest_latency import capture
 from pytest_latency.metrics import call_metrics
@@ -68,12 +68,6 @@ def sim() -> Iterator[str]:
         *paced(decode_ms_per_token=DECODE_MS, output_tokens=OUTPUT_TOKENS)
     ) as base:
         yield base
-
-
-def _truths(base: str) -> list[TruthRecord]:
-    data = httpx2.get(f"{base}/_sim/truth").json()
-    records = data["records"] if isinstance(data, dict) else data
-    return [TruthRecord.from_json(r) for r in records]
 
 
 # ---- the scenarios: one framework, one way of calling it ----------------------------------------
@@ -192,37 +186,11 @@ def _litellm_anthropic_async(base: str, wrap: Wrap) -> None:
     asyncio.run(run())
 
 
-def _pydantic_ai(base: str, wrap: Wrap) -> None:
-    import openai
+def _pydantic_ai_agent(client: Any, model: Any) -> None:
+    """CALLS streamed runs of a pydantic-ai agent on `model`, then `client` closed."""
     from pydantic_ai import Agent
-    from pydantic_ai.models.openai import OpenAIChatModel
-    from pydantic_ai.providers.openai import OpenAIProvider
 
     async def run() -> None:
-        client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k")
-        if wrap is not None:
-            wrap(client)
-        agent = Agent(OpenAIChatModel(OPENAI_MODEL, provider=OpenAIProvider(openai_client=client)))
-        for _ in range(CALLS):
-            async with agent.run_stream(PROMPT) as result:
-                async for _ in result.stream_text():
-                    pass
-        await client.close()
-
-    asyncio.run(run())
-
-
-def _pydantic_ai_anthropic(base: str, wrap: Wrap) -> None:
-    import anthropic
-    from pydantic_ai import Agent
-    from pydantic_ai.models.anthropic import AnthropicModel
-    from pydantic_ai.providers.anthropic import AnthropicProvider
-
-    async def run() -> None:
-        client = anthropic.AsyncAnthropic(base_url=base, api_key="k")
-        if wrap is not None:
-            wrap(client)
-        model = AnthropicModel(ANTHROPIC_MODEL, provider=AnthropicProvider(anthropic_client=client))
         agent = Agent(model)
         for _ in range(CALLS):
             async with agent.run_stream(PROMPT) as result:
@@ -233,12 +201,40 @@ def _pydantic_ai_anthropic(base: str, wrap: Wrap) -> None:
     asyncio.run(run())
 
 
-def _openai_agents(base: str, wrap: Wrap) -> None:
+def _pydantic_ai(base: str, wrap: Wrap) -> None:
+    import openai
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k")
+    if wrap is not None:
+        wrap(client)
+    _pydantic_ai_agent(
+        client, OpenAIChatModel(OPENAI_MODEL, provider=OpenAIProvider(openai_client=client))
+    )
+
+
+def _pydantic_ai_anthropic(base: str, wrap: Wrap) -> None:
+    import anthropic
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    client = anthropic.AsyncAnthropic(base_url=base, api_key="k")
+    if wrap is not None:
+        wrap(client)
+    _pydantic_ai_agent(
+        client, AnthropicModel(ANTHROPIC_MODEL, provider=AnthropicProvider(anthropic_client=client))
+    )
+
+
+def _openai_agents_run(base: str, wrap: Wrap, responses: bool) -> None:
+    """CALLS streamed runs of an Agents SDK agent on Chat Completions or on Responses."""
     import openai
     from agents import (
         Agent,
         ModelSettings,
         OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
         Runner,
         set_tracing_disabled,
     )
@@ -249,11 +245,13 @@ def _openai_agents(base: str, wrap: Wrap) -> None:
         client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k")
         if wrap is not None:
             wrap(client)
+        model_cls = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
         agent = Agent(
             name="counter",
             instructions="Be brief.",
-            model=OpenAIChatCompletionsModel(model=OPENAI_MODEL, openai_client=client),
-            # Chat Completions streams carry usage only when asked (stream_options).
+            model=model_cls(model=OPENAI_MODEL, openai_client=client),
+            # Chat Completions streams carry usage only when asked (stream_options); Responses
+            # streams always do.
             model_settings=ModelSettings(include_usage=True),
         )
         for _ in range(CALLS):
@@ -265,28 +263,12 @@ def _openai_agents(base: str, wrap: Wrap) -> None:
     asyncio.run(run())
 
 
+def _openai_agents(base: str, wrap: Wrap) -> None:
+    _openai_agents_run(base, wrap, responses=False)
+
+
 def _openai_agents_responses(base: str, wrap: Wrap) -> None:
-    import openai
-    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
-
-    set_tracing_disabled(True)
-
-    async def run() -> None:
-        client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k")
-        if wrap is not None:
-            wrap(client)
-        agent = Agent(
-            name="counter",
-            instructions="Be brief.",
-            model=OpenAIResponsesModel(model=OPENAI_MODEL, openai_client=client),
-        )
-        for _ in range(CALLS):
-            result = Runner.run_streamed(agent, PROMPT)
-            async for _ in result.stream_events():
-                pass
-        await client.close()
-
-    asyncio.run(run())
+    _openai_agents_run(base, wrap, responses=True)
 
 
 @dataclass(frozen=True)
@@ -369,7 +351,7 @@ def runs(sim: str) -> dict[tuple[str, str], Run | BaseException]:
         scenario = SCENARIOS[str(name)]
         try:
             records = _record(scenario, sim, str(mode))
-            out[str(name), str(mode)] = _measure(scenario, records, _truths(sim))
+            out[str(name), str(mode)] = _measure(scenario, records, truth_log(sim))
         except Exception as exc:
             out[str(name), str(mode)] = exc
     return out
