@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import pytest_latency.sim  # noqa: F401
 from pytest_latency.budgets import BudgetError, parse_expectation
+from pytest_latency.results import p_text
 
 pytest_plugins = ["pytester"]
 
@@ -82,6 +83,78 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
             "n 30 → 30; p = *, Holm-adjusted *)",
         ]
     )
+
+
+BUDGETED = (
+    PACED
+    + """
+@pytest.mark.latency("e2e.max < 10s", samples=20)
+def test_within(openai_client, paced):
+    for _ in openai_client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "q"}], stream=True):
+        pass
+
+@pytest.mark.latency("ttft.max < 1us", samples=20)
+def test_over(openai_client, paced):
+    for _ in openai_client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "q"}], stream=True):
+        pass
+"""
+)
+
+
+def test_a_regressed_row_says_regressed_unless_a_budget_failed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/ci.md, "Where a regression shows": a test that met its budgets but regressed reads
+    # `regressed`, one that also missed a budget reads `fail`. No call meets test_over's budget,
+    # in either run; decode 4 → 12 ms a token regresses both tests' itl (and e2e, turn).
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_inner_suite=BUDGETED)
+    monkeypatch.setenv("DECODE_MS", "4")
+    saved = pytester.runpytest("--latency-sim=instant", "--latency-save=base.json")
+    saved.assert_outcomes(passed=1, failed=1)
+    monkeypatch.setenv("DECODE_MS", "12")
+    summary = pytester.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    run = pytester.runpytest(
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=30%"
+    )
+    run.assert_outcomes(passed=1, failed=1)
+    assert run.ret == pytest.ExitCode.TESTS_FAILED
+    out = run.stdout.str()
+    assert re.search(r"^test_inner_suite.py::test_within .* regressed$", out, re.M), out
+    assert re.search(r"^test_inner_suite.py::test_over .* fail$", out, re.M), out
+    text = summary.read_text()
+    assert re.search(
+        r"^\| test\\_inner\\_suite\.py::test\\_within \|.*\| regressed \|$", text, re.M
+    )
+    assert re.search(r"^\| test\\_inner\\_suite\.py::test\\_over \|.*\| fail \|$", text, re.M)
+    assert "### Regressions against the baseline" in text
+    for test in ("test_within", "test_over"):
+        # The step summary's regression row: the test, the metric, the change and the same
+        # p-values (raw, Holm-adjusted) as the terminal's line for it.
+        line = re.search(
+            rf"^test_inner_suite.py::{test}: itl slower by (\+\d+%) \(p50 .*; "
+            rf"p (?:= )?{P_VALUE}, Holm-adjusted {P_VALUE}\)$",
+            out,
+            re.M,
+        )
+        assert line, out
+        change, p, adjusted = line.groups()
+        row = re.escape(f"| {_md(f'test_inner_suite.py::{test}')} | itl |")
+        cells = re.escape(f" {p} ({adjusted}) | 🔴 regression |")  # after the Δ p95 column
+        assert re.search(rf"^{row}.*\| {re.escape(change)} \|(.*\|)?{cells}$", text, re.M), text
+
+
+# A p-value as `results.p_text` writes it: `3e-08`, or `< 1e-15` past double precision's reach
+# (after a label: `p = 3e-08`, `p < 1e-15`).
+P_VALUE = r"([0-9.]+(?:e[-+]\d+)?|< 1e-15)"
+
+
+def _md(text: str) -> str:
+    """A test id as the Markdown tables escape it."""
+    return text.replace("_", "\\_")
 
 
 UNBUDGETED = (
@@ -153,6 +226,26 @@ def test_a_regression_in_a_test_without_budgets_fails_the_gate_everywhere(
         assert entry["p_adjusted"] >= entry["p_value"]
     tests = {t["nodeid"]: t for t in result["tests"]}
     assert "itl" in tests["test_inner_suite.py::test_plain"]["regressions"]
+    # The p-values, as the file holds them, in the terminal's line, the annotation and the
+    # Markdown's p column, each written by the one formatter (`p = 3e-08` or `p < 1e-15`).
+    itl = {
+        e["nodeid"]: e
+        for e in block["regressions"]
+        if e["scope"] == "test" and e["metric"] == "itl"
+    }
+    for test in ("test_plain", "test_no_marker"):
+        entry = itl[f"test_inner_suite.py::{test}"]
+        p = p_text(entry["p_value"], "p")
+        adjusted = p_text(entry["p_adjusted"], "Holm-adjusted", "")
+        assert entry["message"].endswith(f"; {p}, {adjusted})"), entry["message"]
+        assert entry["message"] in out.splitlines(), out
+        assert re.search(
+            rf"^::error file=test_inner_suite.py,line=\d+,title=latency regression::"
+            rf"test_inner_suite.py::{test}: itl slower .*; {re.escape(p)}, "
+            rf"{re.escape(adjusted)}\)$",
+            out,
+            re.M,
+        ), out
 
     markdown = (pytester.path / "head.md").read_text()
     assert markdown.startswith("❌ **pytest-latency: ")
@@ -161,6 +254,10 @@ def test_a_regression_in_a_test_without_budgets_fails_the_gate_everywhere(
     assert re.search(
         r"^\| test\\_inner\\_suite\.py::test\\_plain \|.*\| regressed \|$", markdown, re.M
     )
+    for nodeid, entry in itl.items():
+        cells = f"| {p_text(entry['p_value'])} ({p_text(entry['p_adjusted'])}) | 🔴 regression |"
+        row = re.escape(f"| {_md(nodeid)} | itl |") + ".*" + re.escape(cells)
+        assert re.search(rf"^{row}$", markdown, re.M), markdown
 
     junit = ET.parse(pytester.path / "junit.xml").getroot()
     cases = {c.get("name"): c for c in junit.iter("testcase")}

@@ -31,6 +31,7 @@ from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.metrics import CallMetrics
 from pytest_latency.results import (
     SCHEMA,
+    Comparison,
     ResultBuilder,
     ResultError,
     baseline_block,
@@ -622,6 +623,39 @@ def test_too_few_values_get_no_p_value_and_no_verdict() -> None:
     assert ttft.p_value is None and not ttft.regression
 
 
+def test_a_p_value_past_double_precision_reads_as_a_bound_in_every_output() -> None:
+    # One formatter (results.p_text) owns every p-value shown: the terminal and annotation
+    # line (describe), the rollup line, and the Markdown's p column all read the same.
+    from pytest_latency.report import render_comparison
+    from pytest_latency.results import MetricChange, describe, describe_rollup, p_text
+
+    assert p_text(3e-08, "p") == "p = 3e-08" and p_text(3e-08) == "3e-08"
+    assert p_text(1.2e-06, "Holm-adjusted", "") == "Holm-adjusted 1.2e-06"
+    assert p_text(0.0, "p") == "p < 1e-15" and p_text(1e-300) == "< 1e-15"
+    assert p_text(None) == "–"
+    tiny = MetricChange(
+        nodeid="t.py::test_a",
+        metric="tpot",
+        base_p50=4000.0,
+        head_p50=5000.0,
+        base_p95=4200.0,
+        head_p95=5300.0,
+        change_p50=0.25,
+        change_p95=0.26,
+        p_value=0.0,
+        p_adjusted=2e-16,
+        regression=True,
+        improvement=False,
+        n_base=200,
+        n_head=200,
+    )
+    assert describe(tiny).endswith("n 200 → 200; p < 1e-15, Holm-adjusted < 1e-15)")
+    assert describe_rollup([tiny]) == "t.py::test_a: slower tpot +26% (Holm-adjusted p < 1e-15)"
+    table = render_comparison(Comparison(0.1, (tiny,), (), ()), base="b", head="h")
+    assert "| +26% | < 1e-15 (< 1e-15) | 🔴 regression |" in table
+    assert "<1e-15" not in describe(tiny) + describe_rollup([tiny]) + table
+
+
 def test_the_baseline_block_round_trips_through_the_file(tmp_path: Path) -> None:
     base = build([make_test("t.py::test_a", seed=1, samples=40, ttft_ms=300)])
     tests = [make_test("t.py::test_a", seed=2, samples=40, ttft_ms=600)]
@@ -717,5 +751,9 @@ def test_budgets_a_shard_lacks_are_kept_per_shard_and_labelled() -> None:
     assert shards == {0}
     from pytest_latency.report import render_markdown
 
-    if any(budget_status(e) == "fail" for e in merged["session"]["budgets"]):
-        assert "\\(session, shard 1\\)" in render_markdown(merged)
+    # The first shard's calls (seeded, ttft p50 ≈ 260 ms) miss ttft.p50 < 150ms: a row is shown.
+    statuses = {e["expr"]: budget_status(e) for e in merged["session"]["budgets"]}
+    assert statuses["ttft.p50 < 150ms"] == "fail"
+    markdown = render_markdown(merged)
+    assert "| \\(session, shard 1\\) | ttft.p50 &lt; 150ms |" in markdown
+    assert "| \\(session\\) |" not in markdown  # no unlabelled session row beside it

@@ -234,21 +234,31 @@ def describe(change: MetricChange) -> str:
     `tests/a.py::t: tpot slower by +26% (p50 4.0 ms → 5.0 ms, p95 4.2 ms → 5.3 ms; p = 3e-08,
     Holm-adjusted 1.2e-06)`."""
     direction = "slower" if (change.worst or 0) >= 0 else "faster"
-    p, adjusted = p_text(change.p_value), p_text(change.p_adjusted)
+    p, adjusted = p_text(change.p_value, "p"), p_text(change.p_adjusted, "Holm-adjusted", "")
     return (
         f"{change.nodeid}: {change.metric} {direction} by {fmt.change(change.worst)} "
         f"(p50 {fmt.duration(change.base_p50)} → {fmt.duration(change.head_p50)}, "
         f"p95 {fmt.duration(change.base_p95)} → {fmt.duration(change.head_p95)}; "
-        f"n {change.n_base} → {change.n_head}; p = {p}, Holm-adjusted {adjusted})"
+        f"n {change.n_base} → {change.n_head}; {p}, {adjusted})"
     )
 
 
-def p_text(p: float | None) -> str:
-    """A p-value in two significant digits; one below double precision's reach (the normal
-    tail rounds to 0 past z ≈ 8) as `<1e-15`, never as a certainty of 0."""
-    if p is None:
-        return "–"
-    return "<1e-15" if p < 1e-15 else f"{p:.2g}"
+# Below this a p-value is past double precision's reach (the normal tail rounds to 0 past
+# z ≈ 8): it is shown as a bound, never as a certainty of 0.
+TINY_P: Final = 1e-15
+
+
+def p_text(p: float | None, label: str = "", relation: str = "=") -> str:
+    """A p-value in two significant digits, the only formatter of one (terminal, annotations,
+    junitxml, result-file messages and Markdown all come through here). With a label it reads
+    `p = 3e-08` (`relation` between them: `Holm-adjusted p ≤ 1.5e-10`, or none:
+    `Holm-adjusted 1.2e-06`); bare, the value alone (`3e-08`, a table cell). One below TINY_P
+    reads as the bound it is: `p < 1e-15`, bare `< 1e-15`."""
+    if p is not None and p < TINY_P:
+        parts = (label, "<", f"{TINY_P:.0e}")
+    else:
+        parts = (label, relation if label else "", "–" if p is None else f"{p:.2g}")
+    return " ".join(part for part in parts if part)
 
 
 def describe_rollup(changes: Sequence[MetricChange]) -> str:
@@ -256,7 +266,7 @@ def describe_rollup(changes: Sequence[MetricChange]) -> str:
     `model=m: ttft +145%, itl +199% (Holm-adjusted p up to 1.5e-10)`."""
     worst = max((c.p_adjusted or 0.0) for c in changes)
     listed = ", ".join(f"{c.metric} {fmt.change(c.worst)}" for c in changes)
-    return f"{changes[0].nodeid}: slower {listed} (Holm-adjusted p ≤ {p_text(worst)})"
+    return f"{changes[0].nodeid}: slower {listed} ({p_text(worst, 'Holm-adjusted p', '≤')})"
 
 
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(MetricChange))
