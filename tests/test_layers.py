@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("evidence",),
     ("pools", "recording", "capture"),
     ("pricing",),
-    ("calls", "budgets", "policies", "by_hand"),
+    ("calls", "budgets", "policies", "by_hand", "audit"),
     ("metrics", "attribution"),
     ("wire", "untrusted", "catalogue", "stats", "units", "histogram", "sim", "gc_pauses"),
 )

@@ -5,11 +5,16 @@ state: a call may start in a plain thread that carries no context and no referen
 config. Tests run one at a time per process (under pytest-xdist too), so one sink that knows the
 running test attributes every call exactly, whichever thread, task or executor made it. The plugin
 installs its router in `pytest_configure` and puts back the previous sink in
-`pytest_unconfigure`; outside a pytest session records go nowhere. Stdlib only; may import `wire`.
+`pytest_unconfigure`; outside a pytest session records go nowhere.
+
+Also owns `CAPTURING`, the mark of an attempt being recorded now (a context variable, so it
+follows the attempt into its thread or task): a binding underneath the one recording it stands
+aside, and `audit` does not count the connection it makes. Stdlib only; may import `wire`.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,6 +22,14 @@ if TYPE_CHECKING:
     from pytest_latency.wire import WireRecord
 
 Sink = Callable[["WireRecord"], None]
+
+# True inside an attempt a binding records: a binding underneath it stands aside (an httpx
+# transport built on aiohttp, as openai's DefaultAioHttpClient and litellm's aiohttp transport
+# are, is recorded by the httpx wrapper, not by the aiohttp middleware below it), and the audit
+# does not count the connection it makes.
+CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pytest_latency_capturing", default=False
+)
 
 
 class _Installed:

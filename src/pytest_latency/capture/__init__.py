@@ -8,9 +8,12 @@ what depends on the HTTP library:
   read-ahead readers, the event-loop lag monitor);
 - `_httpx`: the binding for httpx2 and legacy httpx (the SDKs run on httpx2: anthropic >= 1.0,
   openai >= 3.0), the only module that touches either library, and only once asked to;
+- `_aiohttp`: the binding for aiohttp's `ClientSession` (a middleware, the reader stamped);
 - `_instrument`: the public entry points, which pick the binding for what they are given.
 
-Another HTTP library (aiohttp) is one more binding module on top of `_stream`.
+What escaped capture (connections outside every captured attempt) is `pytest_latency.audit`.
+
+Another HTTP library is one more binding module on top of `_stream`.
 
 This module only re-exports the public names. May import `wire`, `attribution` and its own
 modules; never pytest, never the SDKs.

@@ -23,7 +23,7 @@ collector).
 Auto-capture patches `ClientSession._request` at class level to append the middleware to the
 request's effective middlewares; `instrument(session)` appends it to the session's own. Inside an
 httpx transport that is itself captured (openai's `DefaultAioHttpClient`, litellm's aiohttp
-transport) the middleware stands aside (`_stream.CAPTURING`): the call is recorded once.
+transport) the middleware stands aside (`CAPTURING`): the call is recorded once.
 
 May import `wire`, `untrusted`, `attribution` and `capture._stream`; never pytest, the SDKs, or
 another binding. aiohttp only through `importlib`, when a wrapper for it is asked for.
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, cast
 
-from pytest_latency.attribution import Sink, route
+from pytest_latency.attribution import CAPTURING, Sink, route
 from pytest_latency.capture import _stream
 from pytest_latency.capture._stream import Clock
 from pytest_latency.untrusted import header_secrets
@@ -234,7 +234,7 @@ class LatencyMiddleware:
         self._decompressed = decompressed
 
     async def __call__(self, request: Request, handler: Handler) -> Response:
-        if _stream.CAPTURING.get():  # an httpx transport on aiohttp, captured already
+        if CAPTURING.get():  # an httpx transport on aiohttp, captured already
             return await handler(request)
         clock = self._clock
         url = request.url
@@ -248,11 +248,14 @@ class LatencyMiddleware:
         record.read_ahead = True  # stamped as it arrives (the module docstring)
         self._sink(record)
         _stream.watch_loop(record, clock)
+        token = CAPTURING.set(True)  # its connection is captured (`audit`)
         try:
             response = await handler(request)
         except BaseException as exc:
             _stream.note_error(record, exc, clock, header_secrets(request.headers.values()))
             raise
+        finally:
+            CAPTURING.reset(token)
         headers = response.headers
         _stream.note_headers(
             record,

@@ -31,7 +31,7 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar, cast
 
-from pytest_latency.attribution import Sink, route
+from pytest_latency.attribution import CAPTURING, Sink, route
 from pytest_latency.capture import _stream
 from pytest_latency.capture._stream import Clock
 from pytest_latency.untrusted import header_secrets
@@ -231,11 +231,14 @@ class LatencyTransport(_Wrapper[SyncTransport]):
         clock = self._clock
         record = _start_record(request, clock)
         self._sink(record)
+        token = CAPTURING.set(True)
         try:
             response = self.inner.handle_request(request)
         except Exception as exc:
             _stream.note_error(record, exc, clock, header_secrets(request.headers.values()))
             raise
+        finally:
+            CAPTURING.reset(token)
         if not _note_response(record, response, clock):
             stream = self.read_ahead_stream if self._read_ahead else self.timed_stream
             response.stream = stream(response.stream, record, clock)
@@ -257,14 +260,14 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         record = _start_record(request, clock)
         self._sink(record)
         _stream.watch_loop(record, clock)
-        token = _stream.CAPTURING.set(True)
+        token = CAPTURING.set(True)
         try:
             response = await self.inner.handle_async_request(request)
         except BaseException as exc:
             _stream.note_error(record, exc, clock, header_secrets(request.headers.values()))
             raise
         finally:
-            _stream.CAPTURING.reset(token)
+            CAPTURING.reset(token)
         if not _note_response(record, response, clock):
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)

@@ -62,13 +62,6 @@ LAG_SCAN_TICKS = 5
 # The Stainless SDKs (anthropic, openai) number their retries in this request header.
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 
-# True inside a captured async attempt of one binding, for a binding underneath it: an httpx
-# transport built on aiohttp (openai's DefaultAioHttpClient, litellm's aiohttp transport) is
-# recorded by the httpx wrapper, and the aiohttp middleware below it stands aside.
-CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "pytest_latency_capturing", default=False
-)
-
 
 class _End(enum.Enum):
     """Marks the end of a read-ahead body in its queue."""

@@ -28,6 +28,7 @@ from pytest_latency.diagnose._finding import (
     BELOW_CACHE_MINIMUM,
     CACHE_FIELDS_ABSENT,
     CACHE_MIN_TOKENS,
+    CAPTURE_ESCAPED,
     CLIENT_SATURATED,
     CONSUMER_BOUND,
     CPU_STARVED,
@@ -76,6 +77,7 @@ from pytest_latency.diagnose._whatif import (
 from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
 
 if TYPE_CHECKING:
+    from pytest_latency.audit import Escape
     from pytest_latency.pools import Pool
     from pytest_latency.verdicts import Judgement
 
@@ -83,6 +85,7 @@ __all__ = [
     "BELOW_CACHE_MINIMUM",
     "CACHE_FIELDS_ABSENT",
     "CACHE_MIN_TOKENS",
+    "CAPTURE_ESCAPED",
     "CLIENT_SATURATED",
     "CONSUMER_BOUND",
     "CPU_STARVED",
@@ -109,6 +112,7 @@ __all__ = [
     "compares_prefix",
     "diagnose_calls",
     "diagnose_test",
+    "escaped_finding",
     "fan_out",
     "first_divergence",
     "fit_prefill",
@@ -275,6 +279,21 @@ def diagnose_test(
     found.extend(serial_findings(pool, thresholds))
     found.extend(_budget_findings(judgements, policy, confidence))
     return found
+
+
+def escaped_finding(escapes: Sequence[Escape]) -> Finding | None:
+    """The session's finding on LLM traffic no captured client made (`audit`), if any."""
+    if not escapes:
+        return None
+    total = sum(e.connections for e in escapes)
+    return Finding(
+        CAPTURE_ESCAPED,
+        f"{total} connection{'s' if total != 1 else ''} to LLM endpoints bypassed capture: "
+        + "; ".join(e.describe() for e in escapes)
+        + ". Instrument those clients (pytest_latency.instrument) or run with "
+        "--latency-capture=auto; their calls are in no figure.",
+        {"endpoints": [e.to_dict() for e in escapes], "connections": total},
+    )
 
 
 def what_ifs(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:

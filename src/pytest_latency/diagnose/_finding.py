@@ -24,6 +24,7 @@ CLIENT_SATURATED: Final = "client_saturated"
 CPU_STARVED: Final = "cpu_starved"
 GC_PAUSED: Final = "gc_paused"
 UNPRICED_MODEL: Final = "unpriced_model"
+CAPTURE_ESCAPED: Final = "capture_escaped"
 TOO_FEW_SAMPLES: Final = "too_few_samples"
 # The stable kinds with their readable titles, in the order readers are shown them: the levers
 # first, the caveats last (docs/diagnosis.md).
@@ -39,6 +40,7 @@ TITLES: Final[Mapping[str, str]] = {
     CPU_STARVED: "Busy machine",
     GC_PAUSED: "Garbage-collection pauses",
     UNPRICED_MODEL: "No price for the model",
+    CAPTURE_ESCAPED: "Traffic that bypassed capture",
     TOO_FEW_SAMPLES: "Too few samples",
 }
 KINDS: Final = tuple(TITLES)

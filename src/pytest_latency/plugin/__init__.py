@@ -16,6 +16,8 @@ forwards to the controller unchanged, so local and distributed runs share one co
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 # Stateful modules are imported by their full name, never as `from pytest_latency import x`:
@@ -38,6 +40,7 @@ from pytest_latency.plugin._sampling import TestTracker, pytest_make_collect_rep
 from pytest_latency.plugin._settings import MARKER_DESC, add_options, read_settings
 from pytest_latency.plugin._state import (
     COLLECTOR_NAME,
+    ESCAPED_KEY,
     HELD_NAME,
     RUN_KEY,
     SAMPLER_NAME,
@@ -60,6 +63,7 @@ __all__ = [
     "pytest_configure",
     "pytest_make_collect_report",
     "pytest_report_header",
+    "pytest_sessionfinish",
     "pytest_unconfigure",
 ]
 
@@ -82,6 +86,25 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.budget_file is not None:
         run.router.price_overrides = settings.budget_file.prices
     run.outer_sink = set_sink(run.router.route)
+    # The capture audit: which LLM-looking connections no captured client made (docs/
+    # frameworks.md, "What escaped capture"). Its endpoints: the fixtures' configured ones.
+    from pytest_latency import audit
+
+    router = run.router
+    run.audit = audit.Audit(
+        lambda: router.nodeid,
+        (
+            url
+            for url in (
+                settings.anthropic_base_url,
+                settings.openai_base_url,
+                os.environ.get("ANTHROPIC_BASE_URL"),
+                os.environ.get("OPENAI_BASE_URL"),
+            )
+            if url
+        ),
+    )
+    run.outer_audit = audit.activate(run.audit)
     # A worker builds each test's blocks of the result file when the controller will write one
     # (the same options reach every process).
     run.handoff.blocks = _outputs.files_wanted(config)
@@ -102,6 +125,14 @@ def pytest_configure(config: pytest.Config) -> None:
         tracker.on_test_data = collector.collect
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest-xdist worker hands its audit's escapes to the controller (sent after this hook).
+    workeroutput = getattr(session.config, "workeroutput", None)
+    run = session.config.stash.get(RUN_KEY, None)
+    if isinstance(workeroutput, dict) and run is not None and run.audit is not None:
+        workeroutput[ESCAPED_KEY] = [e.to_dict() for e in run.audit.escapes()]
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     tracker = config.pluginmanager.get_plugin(TRACKER_NAME)
     if isinstance(tracker, TestTracker):
@@ -118,6 +149,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         run.restore_signals = None
     # A session nested in a test (pytester's inline runs) hands the outer session its sink back.
     set_sink(run.outer_sink)
+    if run.audit is not None:
+        from pytest_latency import audit
+
+        audit.activate(run.outer_audit)
+        run.audit = None
     if run.uninstall_auto_capture is not None:
         run.uninstall_auto_capture()
     if run.sim is not None:

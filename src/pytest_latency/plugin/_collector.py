@@ -26,10 +26,11 @@ from pytest_latency.plugin._junit import junit_cases
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
 from pytest_latency.plugin._sampling import in_flight
 from pytest_latency.plugin._signals import Interruption
-from pytest_latency.plugin._state import HELD_NAME, RunState, Settings
+from pytest_latency.plugin._state import ESCAPED_KEY, HELD_NAME, RunState, Settings
 from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, HeldReports
 
 if TYPE_CHECKING:
+    from pytest_latency.audit import Escape
     from pytest_latency.results import ResultBuilder
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
@@ -43,6 +44,7 @@ class LatencyCollector:
         self._started = datetime.datetime.now(datetime.timezone.utc)
         self._position: dict[str, int] = {}  # a reported test's nodeid → its index in tests
         self._crashed = False  # a pytest-xdist worker went down with an error
+        self._escaped: list[Escape] = []  # the workers' audits' (`audit`)
         self._workers: dict[str, int] = {}  # a running pytest-xdist worker's id → its pid
         self._interruption: Interruption | None = None
         # The result file is built test by test as records arrive, when anything will read it,
@@ -106,6 +108,11 @@ class LatencyCollector:
         if error is not None:
             self._crashed = True
         output = getattr(node, "workeroutput", None)
+        escaped = output.pop(ESCAPED_KEY, None) if isinstance(output, dict) else None
+        if isinstance(escaped, list):
+            from pytest_latency.audit import Escape
+
+            self._escaped.extend(Escape.from_dict(e) for e in escaped if isinstance(e, dict))
         data = output.pop(IN_FLIGHT_KEY, None) if isinstance(output, dict) else None
         if isinstance(data, dict):
             from pytest_latency.testdata import TestData
@@ -139,11 +146,20 @@ class LatencyCollector:
             # here makes it TESTS_FAILED like any failing test.
             if not all(j.passed for j in judgements):
                 session.testsfailed += 1
+        self._audit()
         if self._outputs.baseline is not None:
             self._compare_with_baseline(session)
         # Before junitxml's sessionfinish writes the file.
         junit_cases(session.config, self._run)
         return result
+
+    def _audit(self) -> None:
+        """This process's and the workers' escapes, as the run's one list and finding."""
+        from pytest_latency import audit, diagnose
+
+        own = self._run.audit.escapes() if self._run.audit is not None else []
+        self._run.escaped = audit.merge([*own, *self._escaped])
+        self._run.escaped_finding = diagnose.escaped_finding(self._run.escaped)
 
     def _result(self, session: pytest.Session, *, partial: bool) -> dict[str, Any]:
         """The run's result file, built once (the baseline comparison and the outputs share
@@ -162,6 +178,7 @@ class LatencyCollector:
             partial=partial,
             run=run_info(session.config, self._started),
             session_policy=self._settings.policy,
+            escaped=self._run.escaped_finding,
             baseline=None
             if comparison is None
             else baseline_block(comparison, str(self._outputs.baseline_path)),
@@ -224,6 +241,15 @@ class LatencyCollector:
             for line in summary_lines(self._run.tests, regressed=regressed):
                 terminalreporter.write_line(line)
         self._write_findings(terminalreporter)
+        if self._run.escaped:
+            terminalreporter.write_sep("-", "latency capture audit")
+            for escape in self._run.escaped:
+                terminalreporter.write_line(escape.describe(), yellow=True)
+            finding = self._run.escaped_finding
+            assert finding is not None
+            terminalreporter.write_line(
+                f"pytest-latency: {finding.message}", yellow=True, bold=True
+            )
         judgements: list[Judgement] = self._run.session_judgements
         if judgements:
             terminalreporter.write_sep("-", "latency session budgets")

@@ -48,6 +48,8 @@ def sim_server(config: pytest.Config) -> SimServer:
         preset = config.stash[SETTINGS_KEY].sim_preset or "default"
         run.sim = SimServer(LatencyModel.preset(preset))
         run.sim.start()
+        if run.audit is not None:  # the simulator is an LLM endpoint the audit watches
+            run.audit.add_endpoint(run.sim.anthropic_base_url)
     return run.sim
 
 

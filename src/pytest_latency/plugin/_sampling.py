@@ -493,6 +493,19 @@ def _diagnosed(test: TestData, judgements: Sequence[Judgement]) -> TestData:
     return test.diagnosed(findings, diagnose.test_figures(pool))
 
 
+def _escaped_while(nodeid: str) -> str:
+    """What the capture audit saw the test connect to outside captured clients."""
+    from pytest_latency import audit
+
+    log = audit.current()
+    escapes = log.connections_of(nodeid) if log is not None else []
+    if not escapes:
+        return ""
+    return "\nIt connected to LLM endpoints outside captured clients: " + "; ".join(
+        e.describe() for e in escapes
+    )
+
+
 def _record_properties(
     item: pytest.Item, report: pytest.TestReport, judgements: Sequence[Judgement]
 ) -> None:
@@ -510,7 +523,7 @@ def _record_properties(
 def _fail_on_misses(report: pytest.TestReport, test: TestData) -> None:
     if not test.measured_anything:
         report.outcome = "failed"
-        report.longrepr = NO_CALLS_HINT
+        report.longrepr = NO_CALLS_HINT + _escaped_while(test.nodeid)
         return
     from pytest_latency.verdicts import FLAGGED_EXPR
 

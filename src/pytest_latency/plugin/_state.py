@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pytest_latency.attribution import Sink
+    from pytest_latency.audit import Audit, Escape
     from pytest_latency.budgets import BudgetFile, Expectation
+    from pytest_latency.diagnose import Finding
     from pytest_latency.results import Comparison
     from pytest_latency.sim import SimServer
     from pytest_latency.testdata import TestData
@@ -96,8 +98,12 @@ class RunState:
     interleaves)."""
 
     __slots__ = (
+        "audit",
         "comparison",
+        "escaped",
+        "escaped_finding",
         "handoff",
+        "outer_audit",
         "outer_sink",
         "restore_signals",
         "router",
@@ -116,6 +122,12 @@ class RunState:
         # what that test measured.
         self.router = Router()
         self.outer_sink: Sink | None = None  # the sink before this session's, put back at the end
+        # Connections outside captured attempts (`audit`), and the log before this session's.
+        self.audit: Audit | None = None
+        self.outer_audit: Audit | None = None
+        # The run's escapes (every process's, merged on the controller) and their finding.
+        self.escaped: list[Escape] = []
+        self.escaped_finding: Finding | None = None
         self.uninstall_auto_capture: Callable[[], None] | None = None
         self.sim: SimServer | None = None
         self.session_judgements: list[Judgement] = []
@@ -126,6 +138,9 @@ class RunState:
         # The run against `--latency-baseline`, compared after the last test.
         self.comparison: Comparison | None = None
 
+
+# In a pytest-xdist worker's workeroutput: the escapes its audit found (`audit.Escape.to_dict`).
+ESCAPED_KEY = "pytest_latency_escaped"
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RUN_KEY = pytest.StashKey[RunState]()

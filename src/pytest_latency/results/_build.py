@@ -437,12 +437,14 @@ class ResultBuilder:
         partial: bool = False,
         baseline: Mapping[str, Any] | None = None,
         session_policy: str = DEFAULT_POLICY,
+        escaped: diagnose.Finding | None = None,
     ) -> dict[str, Any]:
         """The result file of what was added so far (docs/result-schema.md); the builder is
         left as it was, so it can be asked again (`partial` after an interrupt). `baseline` is
         the comparison with a saved run (`baseline_block`): the file carries it, and each
         regressed test's entry names its regressed metrics. `session_policy` is the inconclusive
-        policy the session budgets were judged under (their entries carry it)."""
+        policy the session budgets were judged under (their entries carry it). `escaped` is the
+        capture audit's finding (`diagnose.escaped_finding`), one of the session's."""
         diagnosed: dict[tuple[int, ...], list[diagnose.Finding]] = {}
         result: dict[str, Any] = {
             "schema": SCHEMA,
@@ -468,6 +470,15 @@ class ResultBuilder:
             ),
         }
         session = result["session"]
+        if escaped is not None:  # the capture audit's: what no figure holds
+            session["findings"] = [
+                *session["findings"],
+                json_safe(
+                    diagnose.Finding(
+                        escaped.kind, escaped.message, escaped.evidence, scope="session"
+                    ).to_dict()
+                ),
+            ]
         session["budgets"] = [
             session_budget_entry(j, session_policy, session["metrics"]) for j in session_budgets
         ]
