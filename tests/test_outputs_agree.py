@@ -20,7 +20,7 @@ import pytest
 import pytest_latency.sim  # noqa: F401
 from pytest_latency import units
 from pytest_latency.results import cost_of_block
-from pytest_latency.spend import cost_cell
+from pytest_latency.spend import cost_cell, saved_cell
 
 pytest_plugins = ["pytester"]
 
@@ -177,14 +177,15 @@ def test_terminal_file_html_and_markdown_agree(pytester: pytest.Pytester) -> Non
         assert [t[0], *t[3:11]] == list(figures.values()), (nodeid, t, figures)
         assert t[1] == str(test["call_count"]) and t[2] == str(test["error_count"])
         # HTML: nodeid outcome samples calls errors ttft50 ttft95 tpot50 e2e95 turn95 prefill
-        # cache cost flagged findings verdict
+        # cache cost saved flagged findings verdict
+        saved = saved_cell(cost_of_block(test["cost"]))
         h = html_rows[nodeid]
-        shown = [h[2], h[5], h[6], h[7], h[8], h[9], h[11], h[12], h[15]]
+        shown = [h[2], h[5], h[6], h[7], h[8], h[9], h[11], h[12], h[16]]
         assert shown == list(figures.values()), (nodeid, h)
-        assert h[10] == units.ratio(test["phase"]["prefill_share"])
-        # Markdown: n ttft50 ttft95 tpot50 e2e95 turn95 cache cost verdict
+        assert h[10] == units.ratio(test["phase"]["prefill_share"]) and h[13] == saved
+        # Markdown: n ttft50 ttft95 tpot50 e2e95 turn95 cache cost saved verdict
         m = [c.replace("\\$", "$") for c in markdown[nodeid]]  # `$` escaped: no TeX on GitHub
-        assert m == list(figures.values()), (nodeid, m, figures)
+        assert m == [*list(figures.values())[:-1], saved, figures["verdict"]], (nodeid, m)
 
     # No output contradicts a finding.
     def detail(nodeid: str) -> str:

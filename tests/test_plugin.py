@@ -359,7 +359,7 @@ def test_a_cache_ratio_never_rounds_across_its_budget(tester: pytest.Pytester) -
     cell = f"{shown}%"
     result.stdout.fnmatch_lines([f"test_ratio.py::test_cache *  {cell}  *fail"])
     markdown = (tester.path / "r.md").read_text()
-    assert f"| {cell} | ? | fail |" in markdown  # the cost cell: model "m" has no price
+    assert f"| {cell} | ? | ? | fail |" in markdown  # cost and savings: model "m" has no price
     page = (tester.path / "r.html").read_text()
     assert f"<b>Cache.</b> {cell} of input tokens" in page
     assert f"<td>{cell}</td>" in page or f'<td class="num">{cell}</td>' in page

@@ -702,3 +702,19 @@ def test_server_lifecycle_and_port_in_use() -> None:
         with pytest.raises(OSError):
             SimServer(port=s.port).start()
     s.stop()  # idempotent
+
+
+def test_the_model_list_names_the_providers_models_it_answers_with(
+    sim: SimServer, ant: Any, oai: Any
+) -> None:
+    """Both SDKs' `models.list()` read real providers' model names (what the examples price),
+    in their own shapes, and any other name the server has since answered with."""
+    ant.messages.create(model="claude-opus-4-1", max_tokens=8, messages=USER)
+    oai.chat.completions.create(model="my-finetune", messages=USER)
+    claude = [m.id for m in ant.models.list()]
+    assert claude[:2] == ["claude-haiku-4-5", "claude-sonnet-4-5"]
+    assert "claude-opus-4-1" in claude and "gpt-4.1-mini" not in claude
+    listed = {m.id: m.owned_by for m in oai.models.list()}
+    assert listed["gpt-4.1-mini"] == listed["gpt-4o"] == listed["my-finetune"] == "openai"
+    assert listed["claude-haiku-4-5"] == listed["claude-opus-4-1"] == "anthropic"
+    assert "sim" not in listed

@@ -11,8 +11,9 @@ needs and nothing more, and the rule of how two shards' statistics add (`Evidenc
 * `error_rate`, `good(...)`: hits and n; `retries`: the sum and n; `cache_read_ratio`: Σ reads,
   Σ input and the calls reporting (all exact);
 * nothing in scope: how many calls `--latency-flagged=exclude` left out;
-* for `cost`, how many successful calls in scope had no price (`unknown`): the budget cannot
-  be judged on the priced ones alone.
+* for `cost`, how many successful calls in scope had no value (`unknown`), and of those, by
+  model, the calls whose model has no price (`unknown_models`; the rest reported no usage): the
+  budget cannot be judged on the priced ones alone, and its message names the models.
 
 `gather` decides which calls and values are in scope (filters, flagged calls, failed calls,
 hand-recorded values), once: `verdicts` judges a test from it, and `pytest-latency merge`
@@ -24,6 +25,7 @@ re-judges the `[session]` budgets of several shards from their entries' `evidenc
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,7 +33,7 @@ from typing import Any
 from pytest_latency import stats
 from pytest_latency.budgets import Expectation
 from pytest_latency.calls import metric_value
-from pytest_latency.catalogue import METRICS, Scope
+from pytest_latency.catalogue import METRICS, NO_PRICE, Scope
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.metrics import CallMetrics
 from pytest_latency.pools import CacheRatio, Pool
@@ -56,7 +58,8 @@ class Evidence:
     `hits` and `n` for PROPORTION; `total` and `n` for SUM; `hits` (Σ reads), `total` (Σ input)
     and `n` (calls reporting) for RATIO. `excluded` counts flagged calls left out of scope;
     `unknown` the successful calls in scope without a value of a metric every call should have
-    (`cost`: a model with no price)."""
+    (`cost`: a model with no price, or no usage reported), `unknown_models` those of them whose
+    model has no price, by model (sorted pairs)."""
 
     kind: str
     n: int = 0
@@ -67,6 +70,7 @@ class Evidence:
     histogram: LatencyHistogram | None = None
     excluded: int = 0
     unknown: int = 0
+    unknown_models: tuple[tuple[str, int], ...] = ()
 
     def sample(self) -> Sequence[float]:
         """QUANTILE's values as `stats` estimators take them: the raw values, or a histogram's
@@ -78,15 +82,16 @@ class Evidence:
 
     def merge(self, other: Evidence) -> Evidence:
         """This shard's statistic and another's, as one (same budget, disjoint calls)."""
-        unknown = self.unknown + other.unknown
+        unknown, models = self.unknown + other.unknown, _add_counts((self, other))
         if other.kind == NOTHING:
-            return replace(self, excluded=self.excluded + other.excluded, unknown=unknown)
-        if self.kind == NOTHING:
-            return replace(other, excluded=self.excluded + other.excluded, unknown=unknown)
-        if other.kind != self.kind:
+            merged = replace(self, excluded=self.excluded + other.excluded)
+        elif self.kind == NOTHING:
+            merged = replace(other, excluded=self.excluded + other.excluded)
+        elif other.kind != self.kind:
             raise ValueError(f"cannot add {self.kind} evidence to {other.kind} evidence")
-        excluded = self.excluded + other.excluded
-        return replace(self._merged(other, excluded), unknown=unknown)
+        else:
+            merged = self._merged(other, self.excluded + other.excluded)
+        return replace(merged, unknown=unknown, unknown_models=models)
 
     def _merged(self, other: Evidence, excluded: int) -> Evidence:
         if self.kind == QUANTILE:
@@ -139,6 +144,8 @@ class Evidence:
             out["excluded"] = self.excluded
         if self.unknown:
             out["unknown"] = self.unknown
+        if self.unknown_models:
+            out["unknown_models"] = dict(self.unknown_models)
         return out
 
     @classmethod
@@ -154,6 +161,7 @@ class Evidence:
             histogram=histogram,
             excluded=int(data.get("excluded", 0)),
             unknown=int(data.get("unknown", 0)),
+            unknown_models=_counts(data.get("unknown_models") or {}),
         )
 
 
@@ -161,16 +169,31 @@ def merge_extreme(stat: str, parts: Sequence[Evidence]) -> Evidence:
     """`min`/`max` evidence of several shards: the smallest minimum or the largest maximum."""
     present = [p for p in parts if p.kind == EXTREME]
     excluded = sum(p.excluded for p in parts)
+    unknown = sum(p.unknown for p in parts)
+    models = _add_counts(parts)
     if not present:
-        return Evidence(NOTHING, excluded=excluded, unknown=sum(p.unknown for p in parts))
+        return Evidence(NOTHING, excluded=excluded, unknown=unknown, unknown_models=models)
     pick = min if stat == "min" else max
     return Evidence(
         EXTREME,
         n=sum(p.n for p in present),
         total=pick(p.total for p in present),
         excluded=excluded,
-        unknown=sum(p.unknown for p in parts),
+        unknown=unknown,
+        unknown_models=models,
     )
+
+
+def _counts(counts: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((str(k), int(v)) for k, v in counts.items()))
+
+
+def _add_counts(parts: Sequence[Evidence]) -> tuple[tuple[str, int], ...]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for model, n in part.unknown_models:
+            total[model] = total.get(model, 0) + n
+    return _counts(total)
 
 
 def merge_all(expectation: Expectation, parts: Sequence[Evidence]) -> Evidence:
@@ -247,9 +270,10 @@ def gather(expectation: Expectation, pool: Pool, *, exclude: bool = False) -> Ev
     if expectation.metric in PRICED:
         # A call the price table does not know is not free: count it, so the verdict says the
         # cost is unknown rather than judging the priced calls alone.
-        unknown = sum(1 for c in timed.ok if metric_value(c, expectation.metric) is None)
+        unknown = [c for c in timed.ok if metric_value(c, expectation.metric) is None]
         if unknown:
-            evidence = replace(evidence, unknown=unknown)
+            models = Counter(c.model or "?" for c in unknown if c.price_source == NO_PRICE)
+            evidence = replace(evidence, unknown=len(unknown), unknown_models=_counts(models))
     return evidence
 
 

@@ -6,10 +6,13 @@ counts every generated token), cache reads and writes (the 1-hour cache's writes
 cache writes cost extra against the same usage priced as plain input; which table priced it
 (`price_source`); and the stamp of that table in the result file (`price_table`).
 
-The table is genai-prices' bundled snapshot (pydantic's maintained price table), read through
-its own `calc_price`/`ModelPrice.calc_price`, so tiered prices (Anthropic's over 200k tokens),
-cache multipliers and tier variants are the table's, not ours. Its updater is never started: no
-network at run time. A budgets.toml `[prices."<model>"]` (`budgets.PriceOverride`) wins over the
+The table is genai-prices' current data snapshot (pydantic's maintained price table: the bundled
+one, unless code under test started genai-prices' `UpdatePrices` or set a snapshot of its own),
+read through its own `DataSnapshot.calc`/`ModelPrice.calc_price`, so tiered prices (Anthropic's
+over 200k tokens), cache multipliers and tier variants are the table's, not ours. The plugin never
+starts the updater: no network at run time. Which snapshot priced the calls is stamped as it was
+(`PriceTable.snapshot`), and a snapshot replaced mid-run prices the calls after it (lookups are
+cached per snapshot). A budgets.toml `[prices."<model>"]` (`budgets.PriceOverride`) wins over the
 table for calls whose response names that model. genai_prices (with pydantic) takes ~0.7 s to
 import, so it is imported on the first call priced, never when the plugin loads.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -32,7 +36,8 @@ from pytest_latency.catalogue import NO_PRICE, NO_USAGE, PRICED_BY_OVERRIDE, PRI
 from pytest_latency.metrics import CallMetrics
 
 if TYPE_CHECKING:
-    from genai_prices.types import ModelPrice
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelPrice, PriceContext
 
 TABLE: Final = PRICED_BY_TABLE
 OVERRIDE: Final = PRICED_BY_OVERRIDE
@@ -53,13 +58,23 @@ class CallCost:
     source: str  # TABLE or OVERRIDE
 
 
+# Which genai-prices data snapshot priced a call (`snapshot_kind`).
+BUNDLED: Final = "bundled"  # the table shipped in the installed package
+AUTO_UPDATE: Final = "auto-update"  # fetched by genai-prices' UpdatePrices (started by user code)
+CUSTOM: Final = "custom"  # set by user code through genai_prices.data_snapshot.set_custom_snapshot
+
+
 @dataclass(frozen=True, slots=True)
 class PriceTable:
-    """What priced the run, for the result file's `run.prices`."""
+    """What priced the run, for the result file's `run.prices`: `snapshot` names the genai-prices
+    snapshot(s) used in order of first use, joined by "+" ("bundled", "auto-update",
+    "bundled+auto-update" when the updater replaced the table mid-run); `fetched` the time the
+    latest auto-updated one was fetched (ISO 8601), else None."""
 
     source: str
     version: str | None
     snapshot: str
+    fetched: str | None
     overrides: Mapping[str, str]  # model → budgets.toml:LINE
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,18 +82,22 @@ class PriceTable:
             "source": self.source,
             "version": self.version,
             "snapshot": self.snapshot,
+            "fetched": self.fetched,
             "overrides": dict(self.overrides),
         }
 
 
 class Prices:
-    """Prices calls: budgets.toml's overrides first, then genai-prices' bundled snapshot.
+    """Prices calls: budgets.toml's overrides first, then genai-prices' current snapshot (its
+    bundled table unless user code replaced it), remembering which snapshots it used.
 
     Results are kept per (model, provider, tier, usage): a suite repeats the same usage often,
     and one genai-prices lookup costs ~0.5 ms."""
 
     def __init__(self, overrides: Iterable[PriceOverride] = ()) -> None:
         self.overrides = {o.model: o for o in overrides}
+        # The snapshots that priced calls, in order of first use: kind → fetched (ISO) or None.
+        self._snapshots: dict[str, str | None] = {}
 
     def stamp(self, metrics: CallMetrics) -> CallMetrics:
         """`metrics` with its `cost` fields set (or left absent, with `price_source` saying
@@ -104,16 +123,70 @@ class Prices:
         override = self.overrides.get(metrics.model)
         if override is not None:
             return _priced(_override_price(override), usage, OVERRIDE)
-        return _table_price(metrics.model, _provider(metrics), _tier(metrics), usage)
+        key = _snapshot_key()
+        self.saw({_SNAPSHOTS[key][1]: _SNAPSHOTS[key][2]})
+        return _table_price(metrics.model, _provider(metrics), _tier(metrics), usage, key)
+
+    def saw(self, snapshots: Mapping[str, str | None]) -> None:
+        """Count `snapshots` (kind → fetched) as used: this process's lookups, or what a
+        pytest-xdist worker's calls were priced with (`snapshots_used`)."""
+        for kind, fetched in snapshots.items():
+            if kind not in self._snapshots or (fetched or "") > (self._snapshots[kind] or ""):
+                self._snapshots[kind] = fetched
+
+    def snapshots_used(self) -> dict[str, str | None]:
+        return dict(self._snapshots)
 
     def table(self) -> PriceTable:
-        """The stamp of what priced (or would price) this run's calls."""
+        """The stamp of what priced this run's calls: the snapshots used, or (none used) the one
+        that would have priced them."""
+        used = self._snapshots or _current_snapshot()
+        fetched = [f for f in used.values() if f is not None]
         return PriceTable(
             TABLE,
             _table_version(),
-            "bundled",
+            "+".join(used),
+            max(fetched) if fetched else None,
             {model: o.source for model, o in self.overrides.items()},
         )
+
+
+# Every genai-prices snapshot this process priced with, by `id`, kept alive (so no id is reused):
+# (the snapshot, its kind, when it was fetched). Lookups are cached per snapshot key, so calls
+# after the table changed are priced by the new one. A handful at most: the updater fetches hourly.
+_SNAPSHOTS: dict[int, tuple[DataSnapshot, str, str | None]] = {}
+
+
+def _snapshot_key() -> int:
+    """The key of the snapshot genai-prices prices with now (`data_snapshot.get_snapshot`)."""
+    from genai_prices.data_snapshot import get_snapshot
+
+    snapshot = get_snapshot()
+    key = id(snapshot)
+    if key not in _SNAPSHOTS:
+        kind = snapshot_kind(snapshot)
+        fetched = snapshot.timestamp.isoformat(timespec="seconds") if kind == AUTO_UPDATE else None
+        _SNAPSHOTS[key] = (snapshot, kind, fetched)
+    return key
+
+
+def snapshot_kind(snapshot: DataSnapshot) -> str:
+    """BUNDLED, AUTO_UPDATE or CUSTOM: what genai-prices itself says of `snapshot`
+    (`from_auto_update`), and whether its providers are the package's own (`genai_prices.data`)."""
+    if snapshot.from_auto_update:
+        return AUTO_UPDATE
+    from genai_prices import data
+
+    return BUNDLED if snapshot.providers is data.providers else CUSTOM
+
+
+def _current_snapshot() -> dict[str, str | None]:
+    """The snapshot that would price a call now. genai-prices not imported: nobody can have
+    replaced its bundled table, and importing it (~0.2 s) to say so would be waste."""
+    if "genai_prices" not in sys.modules:
+        return {BUNDLED: None}
+    _, kind, fetched = _SNAPSHOTS[_snapshot_key()]
+    return {kind: fetched}
 
 
 # (input incl. cached, output, cache read, cache write incl. 1-hour, 1-hour cache write)
@@ -159,30 +232,31 @@ def _tier(m: CallMetrics) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _table_price(
-    model: str, provider: tuple[str, str], tier: str | None, usage: _Usage
+    model: str, provider: tuple[str, str], tier: str | None, usage: _Usage, snapshot: int
 ) -> CallCost | None:
-    model_price = _table_model_price(model, provider, tier)
+    model_price = _table_model_price(model, provider, tier, snapshot)
     return None if model_price is None else _priced(model_price, usage, TABLE)
 
 
 @functools.lru_cache(maxsize=256)
 def _table_model_price(
-    model: str, provider: tuple[str, str], tier: str | None
+    model: str, provider: tuple[str, str], tier: str | None, snapshot: int
 ) -> ModelPrice | None:
-    """The table's price of `model` at `provider` and `tier`, or None when it has none (looked
-    up once per model: a failed lookup walks the whole table)."""
-    from genai_prices import Usage, calc_price
+    """The price of `model` at `provider` and `tier` in the snapshot keyed `snapshot`, or None
+    when it has none (looked up once per model: a failed lookup walks the whole table)."""
+    from genai_prices import Usage
 
-    context = {"service_tier": tier} if tier else None
+    table = _SNAPSHOTS[snapshot][0]
+    context: PriceContext | None = {"service_tier": tier} if tier else None
     kind, value = provider
     try:
         if kind == "api_url":
             try:
-                found = calc_price(Usage(), model, provider_api_url=value, price_context=context)
+                found = table.calc(Usage(), model, None, value, None, context)
             except LookupError:  # a host the table does not know: match by the model alone
-                found = calc_price(Usage(), model, price_context=context)
+                found = table.calc(Usage(), model, None, None, None, context)
         else:
-            found = calc_price(Usage(), model, provider_id=value, price_context=context)
+            found = table.calc(Usage(), model, value, None, None, context)
     except LookupError:
         return None
     return found.model_price
@@ -235,7 +309,7 @@ def warm() -> None:
     land in the first look between samples, where an async test's loop-lag monitor still
     watches the calls closing and flagged them `client_saturated` (lag 100-1,100 ms in the
     examples' agent test). The plugin warms it with the SDKs, before the first measured call."""
-    _table_model_price("gpt-4o", ("id", "openai"), None)
+    _table_model_price("gpt-4o", ("id", "openai"), None, _snapshot_key())
 
 
 def _table_version() -> str | None:

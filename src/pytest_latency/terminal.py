@@ -2,25 +2,26 @@
 
 Owns the layout of the summary for a terminal: fixed-width columns (a "cost" column when any call
 reported usage, a "by hand" column when a test recorded values itself), node ids cut to fit while
-the test name stays readable, the run's spend line and the budget misses below them. Every figure
-is read from the test's pool (the same values the result file and the report show) and formatted
-by `units` (the "by hand" cell by `by_hand`, the cost cell and spend line by `spend`); nothing is
-computed here. May import `testdata`, `pools`, `verdicts`, `by_hand`, `spend` and `units`; never
-pytest (the plugin hands the lines to pytest's terminal reporter).
+the test name stays readable, the run's spend line and what priced it, and the budget misses
+below them. Every figure is read from the test's pool (the same values the result file and the
+report show) and formatted by `units` (the "by hand" cell by `by_hand`, the cost cell, spend
+line and price line by `spend`); nothing is computed here. May import `testdata`, `pools`,
+`verdicts`, `by_hand`, `spend` and `units`; never pytest (the plugin hands the lines to pytest's
+terminal reporter).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_latency import units
 from pytest_latency.by_hand import FIGURES, by_hand_text
 from pytest_latency.by_hand import HEADER as BY_HAND
 from pytest_latency.pools import NO_COST
 from pytest_latency.spend import HEADER as COST
-from pytest_latency.spend import cost_cell, spend_line
+from pytest_latency.spend import cost_cell, price_line, spend_line
 
 if TYPE_CHECKING:
     from pytest_latency.pools import Pool
@@ -44,9 +45,11 @@ def summary_lines(
     *,
     width: int = 48,
     regressed: Mapping[str, Sequence[str]] | None = None,
+    prices: Callable[[], Mapping[str, Any] | None] | None = None,
 ) -> list[str]:
-    """The table, then the budget misses; `regressed` maps each test the baseline comparison
-    found slower to its metrics."""
+    """The table, then the spend line and what priced it, then the budget misses; `regressed`
+    maps each test the baseline comparison found slower to its metrics, `prices` gives the
+    price stamp (`run.prices`), asked for only when some call reported usage."""
     regressed = regressed or {}
     names = _names([t.nodeid for t in tests], width)
     # A column for values the tests recorded by hand, when any did: judged like measured
@@ -86,6 +89,9 @@ def summary_lines(
     spent = spend_line(total)
     if spent is not None:
         lines.append(spent)
+        stamp = price_line(prices()) if prices is not None else None
+        if stamp is not None:
+            lines.append(stamp)
     misses = [f"  {t.nodeid}: {j.message}" for t in tests for j in t.judgements if not j.passed]
     if misses:
         lines.append("budget misses:")

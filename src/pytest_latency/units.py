@@ -1,4 +1,4 @@
-"""Numbers for people: durations, token counts, ratios and relative changes as text.
+"""Numbers for people: durations, token counts, money, ratios and relative changes as text.
 
 The one owner of how a value reads wherever it is shown (the terminal summary, finding messages,
 the HTML report, the Markdown summary), and of the rule that an absent value shows as an en dash,
@@ -10,7 +10,7 @@ never as 0, and the rule that no rounding moves a value across a threshold it is
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 ABSENT = "–"
 
@@ -53,10 +53,16 @@ def money(microusd: float | None) -> str:
     usd = microusd / 1e6
     if usd == 0:
         return "$0"
-    if abs(usd) >= 100:
-        return f"${usd:.0f}"
-    decimals = max(2 - math.floor(math.log10(abs(usd))), 2)
-    return f"${usd:.{decimals}f}"
+    sign, usd = ("-", -usd) if usd < 0 else ("", usd)
+    if usd >= 100:
+        return f"{sign}${usd:.0f}"
+    decimals = max(2 - math.floor(math.log10(usd)), 2)
+    return f"{sign}${usd:.{decimals}f}"
+
+
+def calls_by_model(counts: Mapping[str, int]) -> str:
+    """`'house-model' (3 calls), 'other' (1 call)`: models named with their calls, in order."""
+    return ", ".join(f"{model!r} ({n} call{'' if n == 1 else 's'})" for model, n in counts.items())
 
 
 def ratio(value: float | None, thresholds: Iterable[float] = ()) -> str:

@@ -12,8 +12,8 @@ policy (keep, exclude or fail on calls whose timings do not measure the server:
 confidence of sequential sampling, and how many values a percentile budget needs before it can
 pass with confidence (`values_needed`, `samples_needed`: read by the diagnosis and the plugin's
 collection warning). The values come from `pools.Pool`, built once per test. May import
-`evidence`, `budgets`, `stats`, `pools`, `calls`, `metrics`, `catalogue`, `policies`; never
-pytest.
+`evidence`, `budgets`, `stats`, `units` (models named with their calls), `pools`, `calls`,
+`metrics`, `catalogue`, `policies`; never pytest.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_latency import stats
+from pytest_latency import stats, units
 from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
 from pytest_latency.catalogue import DISTORTING_FLAGS, FLAGS, METRICS, Scope
 from pytest_latency.evidence import (
@@ -286,19 +286,29 @@ def _judged_evidence(expectation: Expectation, ev: Evidence, confidence: float) 
 
 
 def _unknown_values(expectation: Expectation, ev: Evidence, confidence: float) -> Judgement:
-    """Some calls in scope have no value (`cost` of a model with no price). A sum or maximum
-    over the rest is a floor of the truth: already over an upper bound, it fails; otherwise the
-    budget cannot be judged, and says why."""
-    known = dataclasses.replace(ev, unknown=0)
+    """Some calls in scope have no value (`cost` of a model with no price, or of a call that
+    reported no usage). A sum or maximum over the rest is a floor of the truth: already over an
+    upper bound, it fails; otherwise the budget cannot be judged, and says why, naming the
+    models without a price."""
+    known = dataclasses.replace(ev, unknown=0, unknown_models=())
     judged = None if ev.kind == NOTHING else _judged_evidence(expectation, known, confidence)
     floor = ev.kind == SUM or (ev.kind == EXTREME and expectation.stat == "max")
     if judged is not None and floor and expectation.op in ("<", "<=") and not judged.passed:
         return judged
     estimate = judged.estimate if judged is not None else None
+    unpriced = dict(ev.unknown_models)
+    reasons = []
+    if unpriced:
+        reasons.append(
+            f"no price for {units.calls_by_model(unpriced)}: see the unpriced_model finding, "
+            'or give one in budgets.toml under [prices."<model>"]'
+        )
+    without_usage = ev.unknown - sum(unpriced.values())
+    if without_usage:
+        reasons.append(f"{without_usage} reported no usage")
     message = (
         f"{expectation.text}: inconclusive — {ev.unknown} of {ev.n + ev.unknown} calls have no "
-        f"{expectation.metric} (no price for their model: see the unpriced_model finding, or "
-        'give one in budgets.toml under [prices."<model>"])'
+        f"{expectation.metric} ({'; '.join(reasons)})"
     )
     return _judgement(expectation, "inconclusive", estimate, None, ev.n, message)
 
@@ -342,13 +352,18 @@ def _apply_policy(judgement: Judgement, expectation: Expectation, policy: str) -
     if judgement.verdict != "inconclusive":
         return judgement
     policy = effective_policy(policy, sampled_sequentially=False)
+    evidence = judgement.evidence
+    partial = evidence is not None and evidence.unknown > 0
     if policy == "estimate":
-        # No estimate at all (every call in scope unpriced) holds nothing: it fails.
-        estimate = judgement.estimate
+        # Some calls in scope have no value (no price): what the others give is no estimate of
+        # the scope (a sum over them is only a floor), so, like no estimate at all, it holds
+        # nothing and fails. Only `pass`, chosen, passes it.
+        estimate = None if partial else judgement.estimate
         passed = estimate is not None and expectation.holds(estimate)
     else:
         passed = policy == "pass"
-    note = f" [inconclusive; policy {policy!r}: {'pass' if passed else 'fail'}]"
+    why = "; the priced calls alone are no estimate" if partial and policy == "estimate" else ""
+    note = f" [inconclusive; policy {policy!r}: {'pass' if passed else 'fail'}{why}]"
     return dataclasses.replace(judgement, passed=passed, message=judgement.message + note)
 
 

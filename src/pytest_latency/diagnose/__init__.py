@@ -8,8 +8,9 @@ prefill/decode split and its leaning, the prefill cost fit, how far a sample's c
 what-ifs (fan-out to K parallel calls, hedging) and their short terminal rendering. Everything is
 computed from a test's `pools.Pool` (or a group's pooled calls); the result file and the report
 print these numbers and never recompute them. Pure functions, no state. May import the stdlib,
-`stats`, `budgets`, `metrics`, `calls`, `pools`, `catalogue` (the price sources) and `verdicts` (the
-`Judgement` type, and how many values a budget needs); never pytest. See docs/diagnosis.md.
+`stats`, `budgets`, `metrics`, `calls`, `pools`, `catalogue` (the price sources), `units` (the
+models named with their calls) and `verdicts` (the `Judgement` type, and how many values a budget
+needs); never pytest. See docs/diagnosis.md.
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
 `_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_latency import units
 from pytest_latency.catalogue import NO_PRICE
 from pytest_latency.diagnose._cache import cache_findings, compares_prefix, first_divergence
 from pytest_latency.diagnose._finding import (
@@ -176,15 +178,15 @@ def diagnose_calls(
         c.model or "?" for c in calls if c.error is None and c.price_source == NO_PRICE
     )
     if unpriced:
-        names = ", ".join(f"{model!r} ({n} calls)" for model, n in sorted(unpriced.items()))
+        models = dict(sorted(unpriced.items()))
         found.append(
             Finding(
                 UNPRICED_MODEL,
-                f"no price for {names}: neither genai-prices' table nor budgets.toml knows the "
-                "model, so these calls' cost is absent (not 0) and a cost budget over them is "
-                'inconclusive; give its price per million tokens under [prices."<model>"] '
-                "in budgets.toml (input, output, cache_read, cache_write)",
-                {"models": dict(sorted(unpriced.items())), "calls": sum(unpriced.values())},
+                f"no price for {units.calls_by_model(models)}: neither genai-prices' table nor "
+                "budgets.toml knows the model, so these calls' cost is absent (not 0) and a cost "
+                "budget over them is inconclusive; give its price per million tokens under "
+                '[prices."<model>"] in budgets.toml (input, output, cache_read, cache_write)',
+                {"models": models, "calls": sum(unpriced.values())},
             )
         )
     starved = [c for c in calls if c.cpu_starved]

@@ -6,7 +6,8 @@ or, forwarded by pytest-xdist, from workers, in whatever order. After the run lo
 `[session]` budgets over every kept call and fails the run on a miss. When files will be written,
 a stop signal interrupts the session as Ctrl-C does (`_signals.Interruption`): under
 pytest-xdist it is forwarded to the workers (their process ids asked for once each starts),
-whose tests in flight come back in their `workeroutput` (`_stopped`). The result file is marked
+whose tests in flight come back in their `workeroutput` (`_stopped`), as do the price snapshots
+their calls were priced with (for the result file's `run.prices`). The result file is marked
 partial when the run was interrupted or a pytest-xdist worker went down with an error (its
 current test's measurements are lost); an output that could not be written is reported with its
 path and makes a run that would have passed exit with status 3 (pytest's INTERNAL_ERROR).
@@ -27,7 +28,7 @@ from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
 from pytest_latency.plugin._sampling import in_flight
 from pytest_latency.plugin._signals import Interruption
 from pytest_latency.plugin._state import ESCAPED_KEY, HELD_NAME, RunState, Settings
-from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, HeldReports
+from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, PRICES_KEY, HeldReports
 
 if TYPE_CHECKING:
     from pytest_latency.audit import Escape
@@ -113,6 +114,12 @@ class LatencyCollector:
             from pytest_latency.audit import Escape
 
             self._escaped.extend(Escape.from_dict(e) for e in escaped if isinstance(e, dict))
+        used = output.get(PRICES_KEY) if isinstance(output, dict) else None
+        if isinstance(used, dict) and used:
+            # The worker's price stamp joins this process's (`pricing.Prices.saw`).
+            self._run.router.prices().saw(
+                {str(k): None if v is None else str(v) for k, v in used.items()}
+            )
         data = output.pop(IN_FLIGHT_KEY, None) if isinstance(output, dict) else None
         if isinstance(data, dict):
             from pytest_latency.testdata import TestData
@@ -238,7 +245,10 @@ class LatencyCollector:
 
             terminalreporter.write_sep("=", "latency summary")
             regressed = self._run.comparison.regressed_tests() if self._run.comparison else {}
-            for line in summary_lines(self._run.tests, regressed=regressed):
+            prices = self._run.router.prices
+            for line in summary_lines(
+                self._run.tests, regressed=regressed, prices=lambda: prices().table().to_dict()
+            ):
                 terminalreporter.write_line(line)
         self._write_findings(terminalreporter)
         if self._run.escaped:

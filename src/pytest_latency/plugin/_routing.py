@@ -95,6 +95,10 @@ class Router:
             self._prices = Prices(self.price_overrides)
         return self._prices
 
+    def snapshots_used(self) -> dict[str, str | None]:
+        """The genai-prices snapshots this process priced calls with (`Prices.snapshots_used`)."""
+        return {} if self._prices is None else self._prices.snapshots_used()
+
     def _outside_tests(self) -> Recording:
         with self._lock:
             if self._session is None:

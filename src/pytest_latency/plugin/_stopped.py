@@ -9,7 +9,8 @@ worker's session the way pytest-xdist expects of a worker told to stop: `session
 then pytest's `Exit` out of whatever runs. Not a KeyboardInterrupt: pytest-xdist takes a worker
 that exits with INTERRUPTED for a crashed one, reports its test as failed and starts a
 replacement. What the test in flight measured travels to the controller in `workeroutput`
-(`IN_FLIGHT_KEY`), where the collector adds it.
+(`IN_FLIGHT_KEY`), where the collector adds it; so do the genai-prices snapshots the worker's
+calls were priced with (`PRICES_KEY`), for the result file's price stamp.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_latency.plugin._state import RunState
 
 IN_FLIGHT_KEY = "pytest_latency_in_flight"  # in workeroutput: the test in flight, as plain data
+PRICES_KEY = "pytest_latency_prices"  # in workeroutput: {snapshot kind: fetched or None}
 
 
 class HeldReports:
@@ -77,6 +79,7 @@ class WorkerSide:
     # their calls are the test's; pytest-xdist sends workeroutput after every implementation.
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self) -> None:
+        self._workeroutput[PRICES_KEY] = self._run.router.snapshots_used()
         if self._stop is None or self._stop.received is None:
             return
         test = in_flight(self._run.router)

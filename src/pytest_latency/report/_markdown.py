@@ -34,7 +34,8 @@ from pytest_latency.results import (
     verdict_counts,
 )
 from pytest_latency.spend import HEADER as COST
-from pytest_latency.spend import cost_cell, spend_line
+from pytest_latency.spend import SAVED_HEADER as SAVED
+from pytest_latency.spend import cost_cell, price_line, saved_cell, spend_line
 
 MAX_ROWS = 200
 MAX_FINDING_LINES = 40
@@ -110,6 +111,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     spent = spend_line(cost_of_block(result.get("session", {}).get("cost")))
     if spent is not None:
         lines += [escape(spent[0].upper() + spent[1:]), ""]
+        prices = price_line(result.get("run", {}).get("prices"))
+        if prices is not None:
+            lines += [escape(prices[0].upper() + prices[1:]), ""]
     failing = [
         (test["nodeid"], b)
         for test in tests
@@ -164,7 +168,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         extra = (BY_HAND,) if any(by_hand) else ()
         costs = [cost_of_block(t.get("cost")) for t in shown[:MAX_ROWS]]
         priced = any(c.priced or c.unpriced for c in costs)
-        figures += (COST,) if priced else ()
+        figures += (COST, SAVED) if priced else ()
         lines += _table(
             ("test", "n", *figures, "verdict", *extra),
             [
@@ -177,7 +181,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                     _stat(t, "e2e", "p95"),
                     _stat(t, "turn", "p95"),
                     cache_text(t),
-                    *((escape(cost_cell(cost)),) if priced else ()),
+                    *((escape(cost_cell(cost)), escape(saved_cell(cost))) if priced else ()),
                     _test_verdict(t),
                     *((escape(hand) or fmt.ABSENT,) if extra else ()),
                 )

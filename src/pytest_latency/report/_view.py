@@ -7,14 +7,15 @@ tests get full charts (failing budgets first; the number is capped so the report
 grow with the run), the rollups and the environment. Everything here is plain text and numbers:
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
 helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads),
-`by_hand` (the "by hand" cell) and its siblings; never jinja2.
+`by_hand` (the "by hand" cell), `spend` (the cost and cache-savings cells, the spend line and
+the price stamp's text), `pools` (the type) and its siblings; never jinja2.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_latency import units as fmt
 from pytest_latency.by_hand import by_hand_of_entry
@@ -30,7 +31,10 @@ from pytest_latency.results import (
     test_status,
     verdict_counts,
 )
-from pytest_latency.spend import cost_cell, spend_line
+from pytest_latency.spend import PRICES, cost_cell, price_text, saved_cell, spend_line
+
+if TYPE_CHECKING:
+    from pytest_latency.pools import CostTotals
 
 # Full per-test details (statements, tables, what-ifs, four charts: ~25 kB each) for at most this
 # many tests, failing budgets first, then inconclusive ones, then the slowest by e2e p95, so a
@@ -89,6 +93,7 @@ class TestRow:
     turn_p95: str
     by_hand: str  # values the test recorded itself (`by_hand`), "" when none
     cost: str  # Σ cost of its calls (`spend.cost_cell`), "" in files from before costs
+    saved: str  # what prompt caching saved them, net (`spend.saved_cell`), "" likewise
     prefill_share: str
     cache: str
     verdict: str  # pass | fail | inconclusive | none
@@ -128,6 +133,7 @@ class GroupRow:
     e2e_p95: str
     cache: str
     cost: str
+    saved: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +446,7 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
             _phase_statement(test),
             _cache_statement(test, test.get("usage_fields")),
             _calls_statement(test),
+            _spend_statement(test),
             _flags_statement(test.get("flags", {})),
         )
         if s is not None
@@ -516,36 +523,22 @@ def _group_row(group: Mapping[str, Any], thresholds: Sequence[float]) -> GroupRo
         tpot_p50=_stat(metrics.get("tpot"), "p50"),
         e2e_p95=_stat(metrics.get("e2e"), "p95"),
         cache=cache_text(group, thresholds),
-        cost=_cost(group),
+        cost=_cost(group, cost_cell),
+        saved=_cost(group, saved_cell),
     )
 
 
 def _spend_statement(scope: Mapping[str, Any]) -> Statement | None:
-    spent = spend_line(cost_of_block(scope.get("cost")))
+    spent = spend_line(cost_of_block(scope.get("cost")), label=False)
     if spent is None:
         return None
     return Statement("info", "Cost", spent[0].upper() + spent[1:] + ".")
 
 
-def _cost(scope: Mapping[str, Any]) -> str:
-    """A test's or group's cost cell; "" for a file written before costs existed."""
+def _cost(scope: Mapping[str, Any], cell: Callable[[CostTotals], str]) -> str:
+    """A test's or group's cost (or savings) cell; "" for a file written before costs existed."""
     block = scope.get("cost")
-    return cost_cell(cost_of_block(block)) if block else ""
-
-
-def _prices(run: Mapping[str, Any]) -> str | None:
-    """What priced the run: `genai-prices 0.2.3 (bundled snapshot); budgets.toml: my-llama`."""
-    prices = run.get("prices")
-    if not isinstance(prices, Mapping):
-        return None
-    text = f"{prices.get('source', '?')} {prices.get('version') or ''}".strip()
-    text += f" ({prices.get('snapshot', '?')} snapshot)"
-    overrides = prices.get("overrides") or {}
-    if overrides:
-        text += "; budgets.toml: " + ", ".join(
-            f"{model} ({where})" for model, where in overrides.items()
-        )
-    return text
+    return cell(cost_of_block(block)) if block else ""
 
 
 def _environment(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -563,9 +556,9 @@ def _environment(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     duration = run.get("duration_s")
     rows.append(("duration", f"{duration:.1f} s" if isinstance(duration, float | int) else "–"))
     rows.append(("shards", str(run.get("shards", 1))))
-    prices = _prices(run)
+    prices = price_text(run.get("prices"))
     if prices is not None:
-        rows.append(("prices", prices))
+        rows.append((PRICES, prices))
     return tuple(rows)
 
 
@@ -628,7 +621,8 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             e2e_p95=_stat(_metric(test, "e2e"), "p95"),
             turn_p95=_stat(_metric(test, "turn"), "p95"),
             by_hand=by_hand_of_entry(test),
-            cost=_cost(test),
+            cost=_cost(test, cost_cell),
+            saved=_cost(test, saved_cell),
             prefill_share=fmt.ratio((test.get("phase") or {}).get("prefill_share")),
             cache=cache_text(test),
             verdict=_test_verdict(test),

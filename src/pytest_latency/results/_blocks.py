@@ -153,13 +153,15 @@ class Tally:
 
 def cost_block(totals: CostTotals) -> dict[str, Any]:
     """A test's, group's or the session's `cost`: Σ cost of its successful calls and what the
-    cache saved and cost extra (µ$, as the `cost` metric), the calls priced and those not."""
+    cache saved and cost extra (µ$, as the `cost` metric), the calls priced and those not. With
+    no call priced the sums are null: absent, never 0."""
+    priced = totals.priced > 0
     return {
         "unit": METRICS["cost"].unit,
-        "total": totals.cost,
-        "cache_saved": totals.cache_saved,
-        "cache_extra": totals.cache_extra,
-        "net_saved": totals.net_saved,
+        "total": totals.cost if priced else None,
+        "cache_saved": totals.cache_saved if priced else None,
+        "cache_extra": totals.cache_extra if priced else None,
+        "net_saved": totals.net_saved if priced else None,
         "calls_priced": totals.priced,
         "unpriced_models": dict(totals.unpriced),
         "calls_without_usage": totals.no_usage,
@@ -171,9 +173,9 @@ def cost_of_block(block: Mapping[str, Any] | None) -> CostTotals:
     if not block:
         return NO_COST
     return CostTotals(
-        float(block.get("total", 0.0)),
-        float(block.get("cache_saved", 0.0)),
-        float(block.get("cache_extra", 0.0)),
+        float(block.get("total") or 0.0),
+        float(block.get("cache_saved") or 0.0),
+        float(block.get("cache_extra") or 0.0),
         int(block.get("calls_priced", 0)),
         {str(k): int(v) for k, v in (block.get("unpriced_models") or {}).items()},
         int(block.get("calls_without_usage", 0)),

@@ -213,7 +213,26 @@ def _merge_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "versions": dict(first.get("versions", {})),
         "git": first.get("git"),
         "shards": sum(int(r.get("shards", 1)) for r in runs),
-        "prices": first.get("prices"),
+        "prices": _merge_prices([r.get("prices") for r in runs]),
+    }
+
+
+def _merge_prices(stamps: Sequence[Any]) -> dict[str, Any] | None:
+    """The shards' price stamps as one: every snapshot kind any shard priced with (in order of
+    first appearance), the latest fetch, every override; the first shard's source and version."""
+    present = [p for p in stamps if isinstance(p, Mapping)]
+    if not present:
+        return None
+    kinds = dict.fromkeys(k for p in present for k in str(p.get("snapshot", "")).split("+") if k)
+    fetched = [str(p["fetched"]) for p in present if p.get("fetched")]
+    overrides: dict[str, Any] = {}
+    for p in present:
+        overrides.update(p.get("overrides") or {})
+    return {
+        **present[0],
+        "snapshot": "+".join(kinds),
+        "fetched": max(fetched) if fetched else None,
+        "overrides": overrides,
     }
 
 

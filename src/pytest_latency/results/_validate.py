@@ -241,6 +241,8 @@ _EVIDENCE_FIELDS: Final[dict[str, _Check]] = {
     "squares": _NUM,
     "hits": _count,
     "excluded": _count,
+    "unknown": _count,
+    "unknown_models": _COUNTS,
     "policy": _str,
 }
 _EVIDENCE_OBJ: Final = _obj(_EVIDENCE_FIELDS, required=("kind", "n"))
@@ -313,19 +315,28 @@ _RATIO_FIELDS: Final[dict[str, _Check]] = {
     "input_tokens": _count,
 }
 # `cost` of a test, group or the session (`_blocks.cost_block`); absent in older files.
-_COST: Final = _obj(
+_COST_OBJ: Final = _obj(
     {
         "unit": _str,
-        "total": _NUM,
-        "cache_saved": _NUM,
-        "cache_extra": _NUM,
-        "net_saved": _NUM,
+        "total": _OPT_NUM,
+        "cache_saved": _OPT_NUM,
+        "cache_extra": _OPT_NUM,
+        "net_saved": _OPT_NUM,
         "calls_priced": _count,
         "unpriced_models": _COUNTS,
         "calls_without_usage": _count,
     },
     required=("total", "calls_priced"),
 )
+
+
+def _cost_block(value: Any, path: _Path) -> None:
+    """A `cost` block whose sums are null exactly when no call was priced (absent, never 0)."""
+    _COST_OBJ(value, path)
+    if (value["total"] is None) != (value["calls_priced"] == 0):
+        raise _Bad((path, "total"), "must be null exactly when calls_priced is 0")
+
+
 _HEDGE: Final = _obj(
     {
         "delay_percentile": _NUM,
@@ -379,7 +390,7 @@ _TEST: Final = _obj(
         "calls_per_sample": _list(_count),
         "metrics": _map(_TEST_BLOCK),
         "cache_read_ratio": _obj(_RATIO_FIELDS),
-        "cost": _COST,
+        "cost": _cost_block,
         "usage_fields": _COUNTS,
         "phase": _obj(
             {
@@ -480,7 +491,7 @@ _ROLLUP_FIELDS: Final[dict[str, _Check]] = {
     "cache_read_ratio": _obj(
         _RATIO_FIELDS, required=("calls_reporting", "read_tokens", "input_tokens")
     ),
-    "cost": _COST,
+    "cost": _cost_block,
     "findings": _list(_FINDING),
 }
 _ROLLUP_REQUIRED: Final = (

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -48,6 +48,18 @@ _OVERRIDE_HEADER = "x-sim-model"
 _HEADER_PREFIX = "x-sim-"
 
 
+# What `GET /v1/models` lists: real providers' model names (the ones the examples and docs use,
+# so their costs are real prices), then every other name the server has answered with (it echoes
+# the request's model), up to `_MAX_MODELS_LISTED`. Model name → the provider that makes it.
+LISTED_MODELS: Final = {
+    "claude-haiku-4-5": "anthropic",
+    "claude-sonnet-4-5": "anthropic",
+    "gpt-4.1-mini": "openai",
+    "gpt-4o": "openai",
+}
+_MAX_MODELS_LISTED: Final = 100
+
+
 class _Engine:
     """Mutable server state, touched from the loop thread (and, under locks, from others)."""
 
@@ -67,6 +79,12 @@ class _Engine:
         # jitter/tail/fault draw, so repeats vary but the whole run replays from the seed.
         self._seen: dict[int, int] = {}
         self.prefix = f"{random.getrandbits(32):08x}"
+        # The model names answered with, in first-seen order, and their maker (loop thread only).
+        self.models: dict[str, str] = dict(LISTED_MODELS)
+
+    def answered(self, model: str, api: str) -> None:
+        if model and model not in self.models and len(self.models) < _MAX_MODELS_LISTED:
+            self.models[model] = "anthropic" if api.startswith("anthropic") else "openai"
 
     @property
     def model(self) -> LatencyModel:
@@ -252,7 +270,27 @@ class _App:
         return web.json_response({"status": "ok", "active": self.engine.active})
 
     async def models(self, request: web.Request) -> web.Response:
-        data = [{"id": "sim", "object": "model", "created": 0, "owned_by": "pytest-latency"}]
+        """The model list in the asking SDK's shape: Anthropic's (its SDK sends
+        `anthropic-version`; Claude models only) or OpenAI's (every model, with its maker)."""
+        models = self.engine.models
+        if "anthropic-version" in request.headers:
+            names = [name for name, maker in models.items() if maker == "anthropic"]
+            data: list[dict[str, Any]] = [
+                {
+                    "type": "model",
+                    "id": name,
+                    "display_name": name,
+                    "created_at": "1970-01-01T00:00:00Z",
+                }
+                for name in names
+            ]
+            return web.json_response(
+                {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
+            )
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": maker}
+            for name, maker in models.items()
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def _settle(self) -> None:
@@ -322,6 +360,7 @@ class _App:
             return await ex.send_json(exc.status, wire.error_body(exc.status, exc.message))
         ex.stream = req.stream
         ex.model_name = req.model
+        self.engine.answered(req.model, wire.API)
         ex.service_tier = req.service_tier or None
 
         fp = fingerprint(wire.API, body if isinstance(body, Mapping) else {})
