@@ -218,6 +218,26 @@ def test_faults_raise_google_genai_s_errors(sim: SimServer, client: genai.Client
     assert unknown.value.code == 404
 
 
+def test_a_fault_inside_a_whole_function_call_replaces_it(
+    sim: SimServer, client: genai.Client
+) -> None:
+    forced = _config(
+        tools=[WEATHER],
+        tool_config=types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(
+                mode=types.FunctionCallingConfigMode.ANY
+            )
+        ),
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        http_options=types.HttpOptions(headers={"x-sim-fault": "sse_error"}),
+    )
+    with pytest.raises(errors.ServerError):
+        list(client.models.generate_content_stream(model=MODEL, contents="W?", config=forced))
+    truth = only(sim)
+    assert truth.fault == "sse_error" and [e.kind for e in truth.events] == ["error"]
+    assert truth.output_tokens is None  # the stream never finished
+
+
 def test_both_api_versions_are_served(sim: SimServer) -> None:
     for version in ("v1", "v1beta"):
         options = types.HttpOptions(base_url=sim.gemini_base_url, api_version=version)
