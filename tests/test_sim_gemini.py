@@ -86,6 +86,20 @@ def _config(**kwargs: Any) -> types.GenerateContentConfig:
     return types.GenerateContentConfig(**kwargs)
 
 
+def _forced_call(**kwargs: Any) -> types.GenerateContentConfig:
+    """Mode ANY: the model must call `get_weather` (and google-genai must not call it for us)."""
+    return _config(
+        tools=[WEATHER],
+        tool_config=types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(
+                mode=types.FunctionCallingConfigMode.ANY
+            )
+        ),
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        **kwargs,
+    )
+
+
 def _parts(response: types.GenerateContentResponse) -> list[types.Part]:
     content = response.candidates[0].content if response.candidates else None
     return list(content.parts or []) if content is not None else []
@@ -160,15 +174,7 @@ def test_thoughts_stream_as_thought_parts_or_think_unseen(
 
 
 def test_a_function_call_arrives_whole_in_mode_any(sim: SimServer, client: genai.Client) -> None:
-    forced = _config(
-        tools=[WEATHER],
-        tool_config=types.ToolConfig(
-            function_calling_config=types.FunctionCallingConfig(
-                mode=types.FunctionCallingConfigMode.ANY
-            )
-        ),
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-    )
+    forced = _forced_call()
     chunks = list(
         client.models.generate_content_stream(model=MODEL, contents="Weather?", config=forced)
     )
@@ -221,16 +227,7 @@ def test_faults_raise_google_genai_s_errors(sim: SimServer, client: genai.Client
 def test_a_fault_inside_a_whole_function_call_replaces_it(
     sim: SimServer, client: genai.Client
 ) -> None:
-    forced = _config(
-        tools=[WEATHER],
-        tool_config=types.ToolConfig(
-            function_calling_config=types.FunctionCallingConfig(
-                mode=types.FunctionCallingConfigMode.ANY
-            )
-        ),
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-        http_options=types.HttpOptions(headers={"x-sim-fault": "sse_error"}),
-    )
+    forced = _forced_call(http_options=types.HttpOptions(headers={"x-sim-fault": "sse_error"}))
     with pytest.raises(errors.ServerError):
         list(client.models.generate_content_stream(model=MODEL, contents="W?", config=forced))
     truth = only(sim)
