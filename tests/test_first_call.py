@@ -51,6 +51,17 @@ def messages_stream(c):
             pass
 
 
+def gemini_stream(c):
+    for _ in c.models.generate_content_stream(model="gemini-2.5-flash", contents="A story."):
+        pass
+
+
+async def async_gemini_stream(c):
+    stream = await c.models.generate_content_stream(model="gemini-2.5-flash", contents="A story.")
+    async for _ in stream:
+        pass
+
+
 async def async_chat(c):
     async for _ in await c.chat.completions.create(model="m", messages=MESSAGES, stream=True):
         pass
@@ -81,10 +92,14 @@ async def async_messages_stream(c):
 
 SYNC = {"chat": chat, "responses.create": responses_create,
         "responses.stream": responses_stream, "messages.create": messages_create,
-        "messages.stream": messages_stream}
+        "messages.stream": messages_stream, "gemini.stream": gemini_stream}
 ASYNC = {"chat": async_chat, "responses.create": async_responses_create,
          "responses.stream": async_responses_stream, "messages.create": async_messages_create,
-         "messages.stream": async_messages_stream}
+         "messages.stream": async_messages_stream, "gemini.stream": async_gemini_stream}
+
+
+def client_for(path, openai, anthropic, gemini):
+    return {"messages": anthropic, "gemini": gemini}.get(path.split(".")[0], openai)
 
 
 def dump(kind, path, request, llm_sim, cpu):
@@ -105,8 +120,9 @@ def dump(kind, path, request, llm_sim, cpu):
 # Async first: the first async call of the process is what pays for the async HTTP stack.
 @pytest.mark.asyncio
 @pytest.mark.parametrize("path", list(ASYNC))
-async def test_async(path, async_openai_client, async_anthropic_client, llm_sim, request):
-    client = async_anthropic_client if path.startswith("messages") else async_openai_client
+async def test_async(path, async_openai_client, async_anthropic_client, async_gemini_client,
+                     llm_sim, request):
+    client = client_for(path, async_openai_client, async_anthropic_client, async_gemini_client)
     cpu = []
     for _ in range(4):
         started = time.thread_time()
@@ -116,8 +132,8 @@ async def test_async(path, async_openai_client, async_anthropic_client, llm_sim,
 
 
 @pytest.mark.parametrize("path", list(SYNC))
-def test_sync(path, openai_client, anthropic_client, llm_sim, request):
-    client = anthropic_client if path.startswith("messages") else openai_client
+def test_sync(path, openai_client, anthropic_client, gemini_client, llm_sim, request):
+    client = client_for(path, openai_client, anthropic_client, gemini_client)
     cpu = []
     for _ in range(4):
         started = time.thread_time()
@@ -126,7 +142,14 @@ def test_sync(path, openai_client, anthropic_client, llm_sim, request):
     dump("sync", path, request, llm_sim, cpu)
 """
 
-PATHS = ("chat", "responses.create", "responses.stream", "messages.create", "messages.stream")
+PATHS = (
+    "chat",
+    "responses.create",
+    "responses.stream",
+    "messages.create",
+    "messages.stream",
+    "gemini.stream",
+)
 RUNS = 2
 # How much more a first call may cost than its path's later calls, in the better of RUNS fresh
 # processes: its error against the simulator's truth, and the CPU time of the thread making it.
@@ -171,7 +194,7 @@ def test_the_first_call_of_a_process_is_as_accurate_as_the_next(pytester: pytest
             "asyncio",
             "--asyncio-mode=strict",
         )
-        result.assert_outcomes(passed=10)
+        result.assert_outcomes(passed=12)
         for kind in ("async", "sync"):
             for path in PATHS:
                 data = json.loads(Path(pytester.path, f"first-{kind}-{path}.json").read_text())

@@ -41,6 +41,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "pytest_asyncio": {"plugin"},  # optional: async client fixtures close in the test's loop
     "anthropic": {"plugin"},
     "openai": {"plugin"},
+    "google": {"plugin"},  # google-genai, optional: the gemini_client fixtures
     "tomli": {"budgets"},  # tomllib's backport for Python 3.10
     "genai_prices": {"pricing"},  # imported lazily, on the first call priced
     "typing_extensions": {"results"},  # NotRequired, for the type checker only
@@ -140,7 +141,8 @@ def test_every_module_says_what_it_owns(path: Path) -> None:
 def test_importing_the_plugin_stays_cheap() -> None:
     code = (
         "import sys, pytest_latency.plugin; "
-        "heavy = {'anthropic', 'openai', 'jinja2', 'hdrh', 'aiohttp', 'httpx', 'httpx2', "
+        "heavy = {'anthropic', 'openai', 'google.genai', 'jinja2', 'hdrh', 'aiohttp', 'httpx', "
+        "'httpx2', "
         "'pytest_latency.verdicts', 'pytest_latency.budgets', 'pytest_latency.metrics', "
         "'pytest_latency.diagnose', 'pytest_latency.capture', 'pytest_latency.sim', "
         "'pytest_latency.results', 'pytest_latency.pools', 'pytest_latency.testdata', "

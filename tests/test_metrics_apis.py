@@ -35,10 +35,15 @@ from pytest_latency.metrics.apis import (
     UNKNOWN_API,
     Classified,
     ProviderError,
+    Request,
     WireApi,
 )
+from pytest_latency.metrics.apis._shapes import body_request
 
 ALL = (*ADAPTERS, UNKNOWN_API)
+GEMINI_STREAM_URL = (
+    "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+)
 MEMBERS = [
     name
     for name, member in inspect.getmembers(WireApi, inspect.isfunction)
@@ -51,6 +56,7 @@ def test_the_protocol_has_the_members_the_scan_asks_for() -> None:
         [
             "matches_path",
             "matches_payload",
+            "request",
             "error",
             "event",
             "body",
@@ -77,6 +83,7 @@ def test_the_public_api_names_are_the_registry_s() -> None:
         metrics.OPENAI_CHAT,
         metrics.OPENAI_RESPONSES,
         metrics.OPENAI_COMPLETIONS,
+        metrics.GEMINI_GENERATE_CONTENT,
         UNKNOWN,
     )
     assert tuple(api.NAME for api in ALL) == APIS
@@ -93,6 +100,13 @@ def test_the_public_api_names_are_the_registry_s() -> None:
         ("https://x/openai/deployments/d/chat/completions/", "openai.chat"),
         ("https://api.anthropic.com/v1/messages/count_tokens", UNKNOWN),
         ("https://api.openai.com/v1/embeddings", UNKNOWN),
+        (GEMINI_STREAM_URL, "gemini.generate_content"),
+        (
+            "https://aiplatform.googleapis.com/v1/projects/p/locations/global/publishers/google"
+            "/models/gemini-2.5-flash:generateContent",
+            "gemini.generate_content",
+        ),
+        ("https://generativelanguage.googleapis.com/v1beta/models/m:countTokens", UNKNOWN),
     ],
 )
 def test_a_path_is_claimed_by_at_most_one_adapter(url: str, api: str) -> None:
@@ -111,6 +125,8 @@ def test_every_adapter_reads_every_error_envelope() -> None:
          ProviderError("server_error", "m")),
         ({"object": "error", "type": "BadRequestError", "message": "x"},
          ProviderError("BadRequestError", "x")),
+        ({"error": {"code": 503, "message": "busy", "status": "UNAVAILABLE"}},
+         ProviderError("UNAVAILABLE", "busy")),
     ]  # fmt: skip
     for api in ALL:
         for payload, expected in envelopes:
@@ -131,6 +147,9 @@ class FakeApi:
 
     def matches_payload(self, payload: Mapping[str, Any]) -> bool:
         return payload.get("kind") in ("think", "token", "end")
+
+    def request(self, path: str, payload: Mapping[str, Any] | None) -> Request:
+        return body_request(path, payload)
 
     def error(self, payload: Mapping[str, Any]) -> ProviderError | None:
         if payload.get("kind") == "oops":

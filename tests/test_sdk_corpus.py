@@ -1,7 +1,7 @@
 """The SDK corpus (issue #14): response bodies recorded by openai-python, anthropic-sdk-python,
 pydantic-ai and vercel/ai (tests/corpus/sdk/: manifest.toml names each one's repository, commit
-and path, and the facts read from it by hand), replayed from loopback through the real openai
-and anthropic clients and measured by the plugin's capture.
+and path, and the facts read from it by hand), replayed from loopback through the real openai,
+anthropic and google-genai clients and measured by the plugin's capture.
 
 Every body goes through every SDK path of its API (sync and async; `create(stream=True)` and the
 stream helpers), each captured with `instrument` and turned into metrics by `call_metrics`, as
@@ -38,10 +38,12 @@ from typing import Any, NamedTuple
 import anthropic
 import openai
 import pytest
+from google.genai import errors as genai_errors
 from hostile_server import HostileServer, replay
 
 from pytest_latency.capture import instrument
 from pytest_latency.metrics import CallMetrics, call_metrics
+from pytest_latency.plugin._fixtures import gemini_client_for
 from pytest_latency.wire import WireRecord
 
 if sys.version_info >= (3, 11):
@@ -51,7 +53,11 @@ else:  # pragma: no cover - exercised on the 3.10 CI job only
 
 # The SDKs' own models lag some recordings (openai's Responses web search `sources` of type
 # "api" in pydantic-ai's cassette): the helpers warn while serialising their snapshot.
-pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+# google-genai (3.6) subclasses aiohttp's ClientSession for its sessions, which aiohttp warns of.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning"),
+]
 
 CORPUS = Path(__file__).parent / "corpus" / "sdk"
 # Before and after each event a timed replay pins (the others go out back to back): long
@@ -62,7 +68,10 @@ ROUTES = {
     "openai.completions": "/v1/completions",
     "openai.responses": "/v1/responses",
     "anthropic.messages": "/v1/messages",
+    # google-genai names the model and the method in the path (its default API version: v1).
+    "gemini.generate_content": "/v1/models/m:generateContent",
 }
+GEMINI_STREAM_ROUTE = "/v1/models/m:streamGenerateContent"
 TOKENS = (
     "input_tokens",
     "output_tokens",
@@ -147,9 +156,9 @@ class Body:
 
 
 def events(raw: bytes) -> Iterator[bytes]:
-    """The body's events, each with the blank line that ends it (the last may have none):
-    the blocks the manifest's event indices count."""
-    for piece in re.split(rb"(?<=\n\n)", raw):
+    """The body's events, each with the blank line that ends it (the last may have none; Gemini
+    ends them CRLF CRLF): the blocks the manifest's event indices count."""
+    for piece in re.split(rb"(?<=\n\n)|(?<=\r\n\r\n)", raw):
         if piece:
             yield piece
 
@@ -256,6 +265,25 @@ async def messages_whole_async(c: Any) -> None:
     await c.messages.create(model="m", max_tokens=64, messages=MESSAGES)
 
 
+def gemini_stream(c: Any) -> None:
+    for _ in c.models.generate_content_stream(model="m", contents="Replay, please."):
+        pass
+
+
+async def gemini_stream_async(c: Any) -> None:
+    stream = await c.aio.models.generate_content_stream(model="m", contents="Replay, please.")
+    async for _ in stream:
+        pass
+
+
+def gemini_whole(c: Any) -> None:
+    c.models.generate_content(model="m", contents="Replay, please.")
+
+
+async def gemini_whole_async(c: Any) -> None:
+    await c.aio.models.generate_content(model="m", contents="Replay, please.")
+
+
 SdkPath = Callable[[Any], None] | Callable[[Any], Awaitable[None]]
 # (api, streamed) → the SDK paths that make such a call.
 PATHS: dict[tuple[str, bool], tuple[SdkPath, ...]] = {
@@ -276,7 +304,17 @@ PATHS: dict[tuple[str, bool], tuple[SdkPath, ...]] = {
         messages_stream_async,
     ),
     ("anthropic.messages", False): (messages_whole, messages_whole_async),
+    # google-genai: sync through httpx2, async through its aiohttp sessions.
+    ("gemini.generate_content", True): (gemini_stream, gemini_stream_async),
+    ("gemini.generate_content", False): (gemini_whole, gemini_whole_async),
 }
+
+
+def route_for(api: str, path: SdkPath) -> str:
+    """Where `path` sends its request: Gemini's streamed and whole calls differ in the path."""
+    if api == "gemini.generate_content" and path.__name__.startswith("gemini_stream"):
+        return GEMINI_STREAM_ROUTE
+    return ROUTES[api]
 
 
 def paths_for(body: Body) -> tuple[SdkPath, ...]:
@@ -308,11 +346,19 @@ class Clients:
                 anthropic.AsyncAnthropic(base_url=base_url, **kw), sink=self._sink
             ),
         }
+        # One google-genai client for both: `.aio` is its async side.
+        self._gemini, self._gemini_http = gemini_client_for(base_url, "replay", sink=self._sink)
 
     def _sink(self, record: WireRecord) -> None:
         self.records.append(record)
 
     def call(self, path: SdkPath) -> None:
+        if path.__name__.startswith("gemini"):
+            if inspect.iscoroutinefunction(path):
+                self.loop.run_until_complete(path(self._gemini))
+            else:
+                path(self._gemini)
+            return
         provider = anthropic if path.__name__.startswith("messages") else openai
         if inspect.iscoroutinefunction(path):
             self.loop.run_until_complete(path(self._async[provider]))
@@ -324,10 +370,13 @@ class Clients:
             client.close()
         for aclient in self._async.values():
             self.loop.run_until_complete(aclient.close())
+        self.loop.run_until_complete(self._gemini.aio.aclose())
+        self._gemini.close()
+        self._gemini_http.close()
         self.loop.close()
 
 
-SDK_ERRORS = (openai.APIError, anthropic.APIError)
+SDK_ERRORS = (openai.APIError, anthropic.APIError, genai_errors.APIError)
 
 
 def replayed(
@@ -346,14 +395,15 @@ def replayed(
         headers=body.headers,
     )
     clients.records.clear()
-    server.route(ROUTES[body.api], [behaviour])
+    route = route_for(body.api, path)
+    server.route(route, [behaviour])
     if body.error is None:
         clients.call(path)
     else:
         with pytest.raises(SDK_ERRORS):
             clients.call(path)
     records = clients.records
-    assert len(records) == 1 and server.served(ROUTES[body.api]) == 1, records
+    assert len(records) == 1 and server.served(route) == 1, records
     return call_metrics(records[0]), log, records[0]
 
 
@@ -500,7 +550,9 @@ def test_every_corpus_file_has_its_manifest_entry_and_source() -> None:
         "openai.chat",
         "openai.responses",
         "anthropic.messages",
+        "gemini.generate_content",
     }
+    assert any(b.tokens.cache_read_tokens for b in BODIES if b.api == "gemini.generate_content")
     assert any(
         b'"service_tier":"auto"' in (CORPUS / b.file).read_bytes() and b.service_tier == "default"
         for b in BODIES

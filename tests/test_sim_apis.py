@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx2
@@ -55,7 +55,7 @@ def test_the_protocol_has_the_members_the_server_asks_for() -> None:
 def test_every_registered_wire_format_satisfies_the_protocol(wire: WireFormat) -> None:
     assert isinstance(wire, WireFormat)
     assert wire.API in APIS  # the simulator speaks only what the metrics know
-    assert wire.PATH.startswith("/v1/")
+    assert wire.PATH.startswith(("/v1/", "/{version:v1"))
     assert isinstance(wire.REPORTS_CACHE_WRITES, bool)
     for name in MEMBERS:
         wanted = [p for p in inspect.signature(getattr(WireFormat, name)).parameters]
@@ -64,7 +64,7 @@ def test_every_registered_wire_format_satisfies_the_protocol(wire: WireFormat) -
 
 def test_registered_formats_have_distinct_names_and_paths() -> None:
     formats = sim_apis.WIRE_FORMATS
-    assert len({w.API for w in formats}) == len({w.PATH for w in formats}) == len(formats) == 3
+    assert len({w.API for w in formats}) == len({w.PATH for w in formats}) == len(formats) == 4
     assert [w.REPORTS_CACHE_WRITES for w in formats] == [
         w.API == "anthropic.messages" for w in formats
     ]
@@ -80,7 +80,7 @@ class FakeWire:
     PATH = "/v1/fake/generate"
     REPORTS_CACHE_WRITES = False
 
-    def parse(self, raw: Any) -> SimRequest:
+    def parse(self, raw: Any, route: Mapping[str, str]) -> SimRequest:
         body = require_mapping(raw)
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt:

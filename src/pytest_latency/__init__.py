@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_latency.budgets import BudgetError, Expectation, parse_expectation
     from pytest_latency.calls import Call, ManualValue
-    from pytest_latency.capture import instrument, instrument_http_client, wrap_transport
+    from pytest_latency.capture import (
+        aiohttp_middleware,
+        instrument,
+        instrument_http_client,
+        wrap_transport,
+    )
     from pytest_latency.metrics import CallMetrics
     from pytest_latency.recording import LatencyRecorder
 
@@ -26,6 +31,7 @@ __all__ = [
     "LatencyRecorder",
     "ManualValue",
     "__version__",
+    "aiohttp_middleware",
     "instrument",
     "instrument_http_client",
     "parse_expectation",
@@ -43,6 +49,7 @@ _OWNERS = {
     "ManualValue": "calls",
     "CallMetrics": "metrics",
     "LatencyRecorder": "recording",
+    "aiohttp_middleware": "capture",
     "instrument": "capture",
     "instrument_http_client": "capture",
     "wrap_transport": "capture",

@@ -45,7 +45,7 @@ OVERRIDE: Final = PRICED_BY_OVERRIDE
 # Which provider's prices apply: the host's, for a provider's own API; for any other host (the
 # simulator, a proxy, a self-hosted server on loopback) the wire API's maker. genai-prices
 # matches `provider_api_url` against each provider's API URL pattern.
-_API_PROVIDERS: Final = {"anthropic": "anthropic", "openai": "openai"}
+_API_PROVIDERS: Final = {"anthropic": "anthropic", "openai": "openai", "gemini": "google"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pytest_latency.capture._httpx import LIBRARIES
 from pytest_latency.capture._instrument import (
+    aiohttp_middleware,
     install_auto_capture,
     instrument,
     instrument_http_client,
@@ -36,6 +37,7 @@ __all__ = [
     "LAG_TICK_NS",
     "LIBRARIES",
     "Clock",
+    "aiohttp_middleware",
     "install_auto_capture",
     "instrument",
     "instrument_http_client",

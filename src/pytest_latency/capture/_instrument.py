@@ -3,7 +3,8 @@
 Owns the public API of capture and the choice of binding for what it is given: an SDK client
 (anthropic, openai, any Stainless-built SDK) is instrumented through the HTTP client it holds, an
 httpx2/httpx client through its transport and mounts, a transport by its library's wrapper, an
-aiohttp `ClientSession` by a middleware of its own. Knows no HTTP library's classes itself: the
+aiohttp `ClientSession` by a middleware of its own (or, for a client that takes request
+arguments instead of a session, the middleware itself). Knows no HTTP library's classes itself: the
 bindings do.
 
 May import `attribution` and capture's `_stream` and bindings; never pytest, the SDKs, or an HTTP
@@ -110,6 +111,17 @@ def instrument(
         f"cannot instrument {type(client).__qualname__}: expected an anthropic/openai client "
         "an httpx2/httpx Client/AsyncClient or an aiohttp ClientSession"
     )
+
+
+def aiohttp_middleware(
+    *, sink: Sink = route, clock: Clock = time.perf_counter_ns, decompressed: bool = True
+) -> Any:  # capture._aiohttp.LatencyMiddleware: aiohttp's middleware protocol, untyped here
+    """An aiohttp client middleware that records every request it sees, for clients that take
+    aiohttp request arguments rather than a session, such as google-genai
+    (`HttpOptions(async_client_args={"middlewares": (aiohttp_middleware(),)})`, which it passes
+    to each `ClientSession.request` of the sessions it makes per event loop). `decompressed`
+    must say what the session does (aiohttp's `auto_decompress`, on by default)."""
+    return _aiohttp.LatencyMiddleware(sink, clock, decompressed=decompressed)
 
 
 def install_auto_capture(

@@ -66,6 +66,8 @@ CACHE_MIN_TOKENS: Final[Mapping[str, int]] = {
     "openai.chat": 1024,
     "openai.responses": 1024,
     "openai.completions": 1024,
+    # Gemini's implicit caching: 1,024 for the Flash models, more for Pro (2,048 or 4,096).
+    "gemini.generate_content": 1024,
 }
 DEFAULT_CACHE_MIN_TOKENS: Final = 1024
 

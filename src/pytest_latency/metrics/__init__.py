@@ -30,6 +30,7 @@ from pytest_latency.metrics.apis import (
     UNKNOWN,
     WireApi,
     anthropic_messages,
+    gemini_generate_content,
     openai_chat,
     openai_completions,
     openai_responses,
@@ -39,6 +40,7 @@ ANTHROPIC_MESSAGES = anthropic_messages.NAME
 OPENAI_CHAT = openai_chat.NAME
 OPENAI_RESPONSES = openai_responses.NAME
 OPENAI_COMPLETIONS = openai_completions.NAME
+GEMINI_GENERATE_CONTENT = gemini_generate_content.NAME
 # Every value CallMetrics.api takes: the adapters' names, in registry order, then UNKNOWN.
 APIS = (*(api.NAME for api in ADAPTERS), UNKNOWN)
 
@@ -48,6 +50,7 @@ __all__ = [
     "AUDIO",
     "CHANNELS",
     "CHARS_PER_TOKEN",
+    "GEMINI_GENERATE_CONTENT",
     "OPENAI_CHAT",
     "OPENAI_COMPLETIONS",
     "OPENAI_RESPONSES",

@@ -20,6 +20,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from pytest_latency.catalogue import DISTORTING_FLAGS
+from pytest_latency.metrics import apis
 from pytest_latency.metrics._body import decode_reads
 from pytest_latency.metrics._fingerprint import (
     PREFIX_HASH_CHARS,
@@ -87,7 +88,7 @@ class CallMetrics:
     handed to the transport (its own figures: the public `ttft` of a retried call adds
     `waited_us`, see `calls.metric_value`); `None` means absent (not measurable), never zero."""
 
-    api: str  # anthropic.messages | openai.chat | openai.responses | openai.completions | unknown
+    api: str  # metrics.APIS: anthropic.messages, openai.chat, …, gemini.generate_content, unknown
     model: str | None
     endpoint: str  # URL path
     host: str  # host[:port], never user info
@@ -296,7 +297,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     t0 = record.t_start_ns
     endpoint, host = _split_url(record.url)
     payload = _json_object(record.request_body)
-    model, asked_stream = _request_fields(payload)
+    # The path's adapter says what the request asked for (a sniffed API names it in the body).
+    model, asked_stream = apis.for_path(endpoint).request(endpoint, payload)
     prompt = request_print(payload)
     body = decode_reads(record.reads, record.content_encoding)
     scan = scan_body(endpoint, record.content_type, asked_stream, body)
@@ -492,13 +494,6 @@ def _split_url(url: str) -> tuple[str, str]:
     except ValueError:  # e.g. an unbalanced IPv6 bracket or a non-numeric port
         return url, ""
     return parts.path or "/", f"{host}:{port}" if port is not None else host
-
-
-def _request_fields(payload: dict[str, Any] | None) -> tuple[str | None, bool]:
-    if payload is None:
-        return None, False
-    model = payload.get("model")
-    return (model if isinstance(model, str) else None), payload.get("stream") is True
 
 
 @dataclass(slots=True)

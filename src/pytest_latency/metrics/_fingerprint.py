@@ -5,9 +5,10 @@ as numbers so no prompt or output text reaches a report (the one exception is th
 opt-in `--latency-capture-text=N`, which keeps the first N characters of `prompt_text`):
 
 * the request's prompt, flattened into canonical text in the providers' cache order (tools, then
-  system / instructions, then messages), measured in characters, and cut into blocks of
-  `PREFIX_BLOCK_CHARS` whose *chained* hashes (hash i covers blocks 0..i, as a KV prefix cache
-  matches) tell where two prompts first diverge, to the block;
+  system / instructions / Gemini's systemInstruction, then messages / input / Gemini's contents),
+  measured in characters, and cut into blocks of `PREFIX_BLOCK_CHARS` whose *chained* hashes
+  (hash i covers blocks 0..i, as a KV prefix cache matches) tell where two prompts first
+  diverge, to the block;
 * the end of the last `cache_control` breakpoint in that text, and its estimated token count
   (characters / 4, rounded up: the simulator's rule, close to real tokenisers for English);
 * content-defined shingle hashes of the output text (and digests of whole output pieces) and of
@@ -116,7 +117,7 @@ class _Prompt:
             if not isinstance(message, Mapping):
                 continue
             self.add(f"{message.get('role', message.get('type', ''))}: ")
-            content = message.get("content")
+            content = message.get("content", message.get("parts"))  # Gemini: parts
             if content is None and message.get("type") is not None:
                 # Responses input items without content (function_call, function_call_output).
                 content = {k: v for k, v in message.items() if k != "cache_control"}
@@ -134,11 +135,14 @@ def _prompt(payload: Mapping[str, Any]) -> _Prompt:
     prompt = _Prompt()
     prompt.add_tools(payload.get("tools"))
     system = payload.get("system", payload.get("instructions"))
+    gemini_system = payload.get("systemInstruction")
+    if system is None and isinstance(gemini_system, Mapping):  # a Content: {parts, role}
+        system = gemini_system.get("parts")
     if system is not None:
         prompt.add("system: ")
         prompt.add_parts(system)
         prompt.add("\n")
-    messages = payload.get("messages", payload.get("input"))
+    messages = payload.get("messages", payload.get("input", payload.get("contents")))
     if isinstance(messages, str):
         prompt.add(f"user: {messages}\n")
     else:
@@ -187,8 +191,8 @@ def digest(text: str) -> int:
 
 def _strings(value: object) -> Iterator[str]:
     """Every string leaf of a JSON value, in order; JSON-looking strings (OpenAI tool-call
-    `arguments`) and objects under `input` (Anthropic tool_use) also as canonical JSON, the form
-    an output's tool arguments are shingled in."""
+    `arguments`) and objects under `input` (Anthropic tool_use) or `args` (a Gemini
+    functionCall) also as canonical JSON, the form an output's tool arguments are shingled in."""
     if isinstance(value, str):
         yield value
         stripped = value.strip()
@@ -197,7 +201,7 @@ def _strings(value: object) -> Iterator[str]:
                 yield _canonical_json(json.loads(stripped))
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            if key == "input" and isinstance(item, Mapping):
+            if key in ("input", "args") and isinstance(item, Mapping):
                 yield _canonical_json(item)
             yield from _strings(item)
     elif isinstance(value, list):
@@ -254,6 +258,11 @@ class OutputText:
         """A tool call's input given as an object (Anthropic's non-streamed tool_use)."""
         if isinstance(value, Mapping) and value:
             self._pieces.setdefault(key, []).append(_canonical_json(value))
+
+    def add_call(self, value: object) -> None:
+        """A tool call's arguments delivered whole, as an object (Gemini's `functionCall.args`):
+        a piece of its own, whichever chunk or part carried it."""
+        self.add_object(("call", len(self._pieces)), value)
 
     def pieces(self) -> list[str]:
         out: list[str] = []

@@ -29,7 +29,9 @@ from pytest_latency.plugin._collector import LatencyCollector
 from pytest_latency.plugin._fixtures import (
     anthropic_client,
     async_anthropic_client,
+    async_gemini_client,
     async_openai_client,
+    gemini_client,
     latency,
     latency_async_http_client,
     latency_http_client,
@@ -53,7 +55,9 @@ from pytest_latency.plugin._state import (
 __all__ = [
     "anthropic_client",
     "async_anthropic_client",
+    "async_gemini_client",
     "async_openai_client",
+    "gemini_client",
     "latency",
     "latency_async_http_client",
     "latency_http_client",

@@ -144,7 +144,8 @@ def run_info(config: pytest.Config, started: datetime.datetime) -> dict[str, Any
     from importlib import metadata
 
     versions = {"python": platform.python_version()}
-    for dist in ("pytest-latency", "pytest", "anthropic", "openai", "httpx2", "pytest-xdist"):
+    sdks = ("anthropic", "openai", "google-genai")
+    for dist in ("pytest-latency", "pytest", *sdks, "httpx2", "aiohttp", "pytest-xdist"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -33,6 +33,7 @@ SIM_DESC = (
 )
 ANTHROPIC_URL_DESC = "Base URL for the anthropic_client fixtures (beats ANTHROPIC_BASE_URL)"
 OPENAI_URL_DESC = "Base URL for the openai_client fixtures (beats OPENAI_BASE_URL)"
+GEMINI_URL_DESC = "Base URL for the gemini_client fixtures (beats GOOGLE_GEMINI_BASE_URL)"
 BUDGET_DESC = (
     "Budgets file (TOML) selecting tests by node-id glob or marker, with session-wide budgets; "
     "also PYTEST_LATENCY_BUDGET"
@@ -124,6 +125,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--latency-openai-base-url", dest="latency_openai_base_url", help=OPENAI_URL_DESC
     )
+    group.addoption(
+        "--latency-gemini-base-url", dest="latency_gemini_base_url", help=GEMINI_URL_DESC
+    )
     group.addoption("--latency-budget", dest="latency_budget", metavar="FILE", help=BUDGET_DESC)
     group.addoption(
         "--latency-inconclusive",
@@ -162,6 +166,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("latency_sim", SIM_DESC, default="")
     parser.addini("latency_anthropic_base_url", ANTHROPIC_URL_DESC, default="")
     parser.addini("latency_openai_base_url", OPENAI_URL_DESC, default="")
+    parser.addini("latency_gemini_base_url", GEMINI_URL_DESC, default="")
     parser.addini("latency_budget", BUDGET_DESC, default="")
     parser.addini("latency_inconclusive", POLICY_DESC, default=DEFAULT_POLICY)
 
@@ -254,6 +259,8 @@ def read_settings(config: pytest.Config) -> Settings:
         or _ini(config, "latency_anthropic_base_url"),
         openai_base_url=_cli(config, "latency_openai_base_url")
         or _ini(config, "latency_openai_base_url"),
+        gemini_base_url=_cli(config, "latency_gemini_base_url")
+        or _ini(config, "latency_gemini_base_url"),
         budget_file=_load_budgets(config),
         policy=policy or DEFAULT_POLICY,
         read_ahead=bool(

@@ -70,6 +70,8 @@ class Settings(NamedTuple):
     # `--latency-gc=freeze` (default): gc.freeze when the first test's body starts, and after a
     # setup that warmed an SDK (`plugin._sampling.TestTracker`).
     freeze_gc: bool = True
+    # `--latency-gemini-base-url`: the gemini_client fixtures' server (beats the environment's).
+    gemini_base_url: str | None = None
 
 
 class SamplingPlan(NamedTuple):

@@ -13,8 +13,10 @@ anyio's pytest plugin, which imports the backend at start; +14 ms in a script). 
 that work into fixture setup, where no test is measured; `metrics` still flags a first content
 event found buffered after a long absence, for clients nobody warmed.
 
-The warm-up clients get the SDK's own default HTTP client with `verify=False`: loading the CA
-bundle is 25 ms a client, a call never repeats it, and the simulator speaks plain HTTP.
+The warm-up clients get the SDK's own default HTTP client with `verify=False` (google-genai's, and
+its aiohttp requests, `ssl: False`): loading the CA bundle is 25 ms a client, a call never
+repeats it, and the simulator speaks plain HTTP. google-genai's paths are its streamed and whole
+`generate_content`, sync (httpx2) and async (aiohttp).
 
 May import the SDKs, `sim`, `attribution` and `pricing` (to load the price table early); runs
 only from fixtures and `instrument` hooks.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -94,11 +97,42 @@ async def _anthropic_async(base_url: str, sdk: Any) -> None:
                 pass
 
 
+def _gemini_client(base_url: str, sdk: Any) -> Any:
+    # No retries (a warm-up call that failed is skipped), and no CA bundle loaded for the
+    # simulator's plain HTTP: `ssl: False` stands in for google-genai's own context.
+    options = sdk.types.HttpOptions(
+        base_url=base_url, client_args={"verify": False}, async_client_args={"ssl": False}
+    )
+    return sdk.Client(api_key="warm-up", http_options=options)
+
+
+def _gemini(base_url: str, sdk: Any) -> None:
+    client = _gemini_client(base_url, sdk)
+    with contextlib.closing(client):
+        for _ in client.models.generate_content_stream(model="warm", contents="warm up"):
+            pass
+        client.models.generate_content(model="warm", contents="warm up")
+
+
+async def _gemini_async(base_url: str, sdk: Any) -> None:
+    # google-genai's async calls go through aiohttp (installed with this package).
+    client = _gemini_client(base_url, sdk)
+    try:
+        stream = await client.aio.models.generate_content_stream(model="warm", contents="warm up")
+        async for _ in stream:
+            pass
+        await client.aio.models.generate_content(model="warm", contents="warm up")
+    finally:
+        await client.aio.aclose()
+        client.close()
+
+
 _SyncPaths = Callable[[str, Any], None]
 _AsyncPaths = Callable[[str, Any], Coroutine[Any, Any, None]]
 _PATHS: dict[str, tuple[_SyncPaths, _AsyncPaths]] = {
     "openai": (_openai, _openai_async),
     "anthropic": (_anthropic, _anthropic_async),
+    "google.genai": (_gemini, _gemini_async),
 }
 
 
@@ -127,7 +161,7 @@ def warm(provider: str) -> None:
             return
         _WARMED.add(provider)
         try:
-            sdk = __import__(provider)
+            sdk = importlib.import_module(provider)
         except ImportError:
             return
         from pytest_latency.attribution import set_sink

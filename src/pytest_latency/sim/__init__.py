@@ -1,9 +1,9 @@
 """pytest_latency.sim: a simulated LLM endpoint with a latency model and a ground-truth log.
 
-Serves OpenAI Chat Completions, OpenAI Responses and Anthropic Messages (streamed and not) on
-loopback with a precise, seeded send schedule, a prefix cache, faults and per-request overrides,
-and records what it sent and when (`TruthRecord`). The plugin's fixture and the
-``pytest-latency sim`` command are built on this public API; everything else in the package is
+Serves OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and Gemini's generateContent
+(streamed and not) on loopback with a precise, seeded send schedule, a prefix cache, faults and
+per-request overrides, and records what it sent and when (`TruthRecord`). The plugin's fixture and
+the ``pytest-latency sim`` command are built on this public API; everything else in the package is
 private. The package imports only the stdlib and aiohttp, never pytest nor the rest of
 pytest_latency. See docs/simulator.md.
 """

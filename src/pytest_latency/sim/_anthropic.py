@@ -78,7 +78,8 @@ class _Breakpoints:
         self.cacheable = end
 
 
-def parse(raw: Any) -> SimRequest:
+def parse(raw: Any, route: Mapping[str, str]) -> SimRequest:
+    del route  # a fixed path
     body = require_mapping(raw)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:

@@ -7,9 +7,9 @@ entry). Adding a simulated API is one module and its line here. Imports only the
 
 from __future__ import annotations
 
-from . import _anthropic, _openai_chat, _openai_responses
+from . import _anthropic, _gemini, _openai_chat, _openai_responses
 from ._wire import WireFormat
 
-WIRE_FORMATS: tuple[WireFormat, ...] = (_openai_chat, _openai_responses, _anthropic)
+WIRE_FORMATS: tuple[WireFormat, ...] = (_openai_chat, _openai_responses, _anthropic, _gemini)
 
 __all__ = ["WIRE_FORMATS"]

@@ -2,8 +2,9 @@
 
 Owns the fault decision (forced by the model's ``fault`` field, optionally only for the first N SDK
 attempts, or drawn from the ``fault_*_prob`` fields), where in a stream a mid-stream fault lands,
-the retry headers, and the two providers' error envelopes (OpenAI ``{"error": {...}}``, Anthropic
-``{"type": "error", "error": {...}}``). Imports only the stdlib and `_model`.
+the retry headers, and the providers' error envelopes (OpenAI ``{"error": {...}}``, Anthropic
+``{"type": "error", "error": {...}}``, Google ``{"error": {code, message, status}}``). Imports only
+the stdlib and `_model`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "anthropic_error",
     "choose_fault",
     "fault_piece",
+    "google_error",
     "openai_error",
     "retry_headers",
 ]
@@ -112,4 +114,28 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {
         "type": "error",
         "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
+    }
+
+
+# Google's canonical status names (google.rpc.Code) for the statuses the simulator answers with;
+# an overloaded Gemini model answers 503 UNAVAILABLE ("The model is overloaded").
+_GOOGLE_STATUSES = {
+    400: "INVALID_ARGUMENT",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    529: "UNAVAILABLE",
+}
+
+
+def google_error(status: int, message: str) -> dict[str, Any]:
+    """Google's error envelope: ``{"error": {code, message, status}}`` (pydantic-ai's Vertex
+    cassette: ``{"code": 400, "message": …, "status": "INVALID_ARGUMENT"}``)."""
+    return {
+        "error": {
+            "code": status,
+            "message": message,
+            "status": _GOOGLE_STATUSES.get(status, "UNKNOWN"),
+        }
     }

@@ -40,7 +40,8 @@ REPORTS_CACHE_WRITES = False
 _FINISH = {"end": "stop", "length": "length", "tool": "tool_calls"}
 
 
-def parse(raw: Any) -> SimRequest:
+def parse(raw: Any, route: Mapping[str, str]) -> SimRequest:
+    del route  # a fixed path
     body = require_mapping(raw)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:

@@ -36,7 +36,8 @@ PATH = "/v1/responses"
 REPORTS_CACHE_WRITES = False
 
 
-def parse(raw: Any) -> SimRequest:
+def parse(raw: Any, route: Mapping[str, str]) -> SimRequest:
+    del route  # a fixed path
     body = require_mapping(raw)
     inp = body.get("input")
     if inp is None or inp == "" or inp == []:

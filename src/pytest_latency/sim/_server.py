@@ -355,7 +355,7 @@ class _App:
         except SimSettingsError as exc:
             return await ex.send_json(400, wire.error_body(400, f"sim override: {exc}"))
         try:
-            req = wire.parse(body)
+            req = wire.parse(body, request.match_info)
         except WireError as exc:
             return await ex.send_json(exc.status, wire.error_body(exc.status, exc.message))
         ex.stream = req.stream
@@ -475,7 +475,7 @@ class _App:
         try:
             for seq, out in enumerate(outs):
                 due = ex.t0 + out.due_ns
-                if out.piece == at and fault in ("sse_error", "drop"):
+                if out.carries(at) and fault in ("sse_error", "drop"):
                     await ex.sleep_until(due)
                     if fault == "drop":
                         return self._abort(ex)
@@ -633,6 +633,11 @@ class SimServer:
     def anthropic_base_url(self) -> str:
         return self.base_url
 
+    @property
+    def gemini_base_url(self) -> str:
+        """For google-genai's `HttpOptions(base_url=...)`: it adds `/v1beta/models/...`."""
+        return self.base_url
+
     # --- model, truth, cache ------------------------------------------------------------------
     @property
     def model(self) -> LatencyModel:
@@ -679,6 +684,7 @@ def serve(model: LatencyModel, host: str = "127.0.0.1", port: int = 8000) -> Non
     print(f"pytest-latency sim listening on {server.base_url}", flush=True)
     print(f"  OpenAI:    base_url={server.openai_base_url}", flush=True)
     print(f"  Anthropic: base_url={server.anthropic_base_url}", flush=True)
+    print(f"  Gemini:    base_url={server.gemini_base_url}", flush=True)
     print(f"  truth:     {server.base_url}/_sim/truth   (Ctrl-C to stop)", flush=True)
     try:
         while not stop.wait(0.5):

@@ -3,11 +3,11 @@
 Owns `WireFormat` (the Protocol one simulated API implements: its name and path, request parsing,
 the streamed events and the whole body it answers with, its error shapes), `SimRequest` (what a
 wire module extracts from a request body: prompt text, the cacheable prefix and its 1-hour part,
-output limits, which channels to produce, the service tier to answer with), OpenAI's service
-tiers, `Usage` (normalised token counts), `Out` (one payload the server writes at a due
-offset), `WireError` (a 4xx with the provider's error shape), and SSE framing. The wire modules
-(`_openai_chat`, `_openai_responses`, `_anthropic`) implement it, `_apis` registers them, the
-server consumes them. Stdlib only (`_schedule` for a type).
+output limits, which channels to produce, the service tier to answer with), OpenAI's service tiers,
+`Usage` (normalised token counts), `Out` (one payload the server writes at a due offset),
+`WireError` (a 4xx with the provider's error shape), and SSE framing. The wire modules
+(`_openai_chat`, `_openai_responses`, `_anthropic`, `_gemini`) implement it, `_apis` registers
+them, the server consumes them. Stdlib only (`_schedule` for a type).
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ class Out:
     """One write: payload bytes, truth kind, output tokens carried, due offset from receipt (ns).
 
     `piece` is the index of the streamed delta this write carries (None for framing events), so
-    the server can place mid-stream faults by delta rather than by byte.
+    the server can place mid-stream faults by delta rather than by byte; `pieces` how many
+    consecutive deltas from `piece` it carries (a Gemini function call arrives whole, in one
+    write: a fault planned at any of its deltas replaces it).
     """
 
     payload: bytes
@@ -111,6 +113,10 @@ class Out:
     tokens: int
     due_ns: int
     piece: int | None = None
+    pieces: int = 1
+
+    def carries(self, piece: int) -> bool:
+        return self.piece is not None and self.piece <= piece < self.piece + self.pieces
 
 
 @runtime_checkable
@@ -119,12 +125,14 @@ class WireFormat(Protocol):
     members); a new simulated API is one more such module, registered in `_apis`."""
 
     API: str  # the truth record's `api`, the name pytest_latency.metrics gives it
-    PATH: str  # the POST route it is served on
+    # The POST route it is served on; `{name}` parts (aiohttp's route syntax) reach `parse`.
+    PATH: str
     # The API reports prompt-cache writes (Anthropic bills them); OpenAI reports reads only.
     REPORTS_CACHE_WRITES: bool
 
-    def parse(self, raw: Any) -> SimRequest:
-        """The decoded JSON request body → what the simulator needs; `WireError` if malformed."""
+    def parse(self, raw: Any, route: Mapping[str, str]) -> SimRequest:
+        """The decoded JSON request body → what the simulator needs; `WireError` if malformed.
+        `route` holds the values of the path's `{name}` parts (Gemini's model and method)."""
         ...
 
     def stream_events(

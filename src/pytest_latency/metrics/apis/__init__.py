@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_latency.metrics.apis import (
     anthropic_messages,
+    gemini_generate_content,
     openai_chat,
     openai_completions,
     openai_responses,
@@ -30,6 +31,7 @@ from pytest_latency.metrics.apis._protocol import (
     TOOL,
     Classified,
     ProviderError,
+    Request,
     WireApi,
 )
 
@@ -38,6 +40,7 @@ ADAPTERS: tuple[WireApi, ...] = (
     openai_chat,
     openai_responses,
     openai_completions,
+    gemini_generate_content,
 )
 UNKNOWN_API: WireApi = unknown.Unknown(ADAPTERS)
 UNKNOWN = UNKNOWN_API.NAME
@@ -73,6 +76,7 @@ __all__ = [
     "UNKNOWN_API",
     "Classified",
     "ProviderError",
+    "Request",
     "WireApi",
     "for_path",
     "for_payload",

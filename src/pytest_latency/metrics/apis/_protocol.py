@@ -1,7 +1,8 @@
 """The contract between the generic per-call scan and one wire API's adapter.
 
 Owns the `WireApi` Protocol (what an adapter answers: its name, whether a URL path or a payload is
-its, and, for one decoded JSON event or non-streamed body, the provider error it signals, the
+its, the model and stream its request asked for (`Request`), and, for one decoded JSON event or
+non-streamed body, the provider error it signals, the
 output channels it carries content on, its usage, model and service tier, whether it ends the
 stream, and the output text it holds), the typed answers it gives (`Classified`,
 `ProviderError`) and the channel vocabulary. May import only the stdlib and the metrics modules
@@ -46,6 +47,13 @@ class Classified:
 NOTHING = Classified()
 
 
+class Request(NamedTuple):
+    """What the request asked for: the model it named and whether it asked for a stream."""
+
+    model: str | None
+    stream: bool
+
+
 class ProviderError(NamedTuple):
     kind: str  # the provider's error type or code; "error" when it names none
     message: str | None
@@ -68,6 +76,12 @@ class WireApi(Protocol):
 
     def matches_payload(self, payload: Mapping[str, Any]) -> bool:
         """Shape sniffing, for paths no adapter recognises (proxies, Vertex/Azure-style routes)."""
+        ...
+
+    def request(self, path: str, payload: Mapping[str, Any] | None) -> Request:
+        """The model and stream the request asked for: from its JSON body (`payload`, None when
+        it is not a JSON object) or, for an API that names them in the URL (Gemini's
+        `/models/{model}:streamGenerateContent`), from its path."""
         ...
 
     def error(self, payload: Mapping[str, Any]) -> ProviderError | None:

@@ -1,5 +1,6 @@
-"""JSON shapes more than one wire API shares: typed readers of decoded values, the service
-tier field, the provider error envelopes and OpenAI's usage object.
+"""JSON shapes more than one wire API shares: typed readers of decoded values, the request's
+`model` and `stream` fields, the service tier field, the provider error envelopes and OpenAI's
+usage object.
 
 Every adapter accepts every error envelope: proxies and compatible servers put any of them
 behind any path. May import only the stdlib and the metrics modules `_usage` and
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_latency.metrics._usage import Usage, UsageFields, count
-from pytest_latency.metrics.apis._protocol import ProviderError
+from pytest_latency.metrics.apis._protocol import ProviderError, Request
 
 
 def is_text(value: object) -> bool:
@@ -32,6 +33,15 @@ def as_str(value: object) -> str | None:
     return None
 
 
+def body_request(path: str, payload: Mapping[str, Any] | None) -> Request:
+    """`WireApi.request` for the APIs that name the model and the stream in the body."""
+    del path
+    if payload is None:
+        return Request(None, False)
+    model = payload.get("model")
+    return Request(model if isinstance(model, str) else None, payload.get("stream") is True)
+
+
 def service_tier(payload: Mapping[str, Any]) -> str | None:
     """The service tier a payload names (`service_tier`: OpenAI's "default", "flex",
     "priority", "scale", Anthropic's "standard", "priority", "batch"), as sent; None when it
@@ -44,12 +54,16 @@ def provider_error(payload: Mapping[str, Any]) -> ProviderError | None:
     """The provider error a payload signals, or None.
 
     Anthropic: {"type": "error", "error": {"type", "message"}}; OpenAI: {"error": {"type",
-    "code", "message"}}; Responses `error` event: {"type": "error", "code", "message"};
-    vLLM-style: {"object": "error", "type", "message"}.
+    "code", "message"}}; Google: {"error": {"code": 429, "message", "status":
+    "RESOURCE_EXHAUSTED"}} (the status names the kind, the code is the HTTP status); Responses
+    `error` event: {"type": "error", "code", "message"}; vLLM-style: {"object": "error", "type",
+    "message"}.
     """
     err = payload.get("error")
     if isinstance(err, dict):
-        kind = as_str(err.get("type")) or as_str(err.get("code")) or "error"
+        status = err.get("status")
+        google = status if isinstance(status, str) and status else None
+        kind = as_str(err.get("type")) or google or as_str(err.get("code")) or "error"
         return ProviderError(kind, as_str(err.get("message")))
     if isinstance(err, str) and err:
         return ProviderError("error", err)

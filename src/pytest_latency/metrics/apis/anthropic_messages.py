@@ -27,6 +27,7 @@ from pytest_latency.metrics.apis._protocol import (
 from pytest_latency.metrics.apis._shapes import (
     as_dict,
     as_str,
+    body_request,
     is_text,
     provider_error,
     service_tier,
@@ -72,6 +73,8 @@ def matches_payload(payload: Mapping[str, Any]) -> bool:
     return payload.get("type") in _TYPES
 
 
+# The model and the stream are named in the body.
+request = body_request
 # Any envelope, whatever the path: proxies and compatible servers mix them.
 error = provider_error
 

@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_latency.metrics.apis import _choices
-from pytest_latency.metrics.apis._shapes import openai_normalised, provider_error, read_openai_usage
+from pytest_latency.metrics.apis._shapes import (
+    body_request,
+    openai_normalised,
+    provider_error,
+    read_openai_usage,
+)
 
 NAME = "openai.chat"
 
@@ -28,6 +33,8 @@ def matches_payload(payload: Mapping[str, Any]) -> bool:
     return isinstance(obj, str) and obj.startswith("chat.completion")
 
 
+# The model and the stream are named in the body.
+request = body_request
 # Any envelope, whatever the path: proxies and compatible servers mix them.
 error = provider_error
 

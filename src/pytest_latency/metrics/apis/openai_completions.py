@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_latency.metrics.apis import _choices
-from pytest_latency.metrics.apis._shapes import openai_normalised, provider_error, read_openai_usage
+from pytest_latency.metrics.apis._shapes import (
+    body_request,
+    openai_normalised,
+    provider_error,
+    read_openai_usage,
+)
 
 NAME = "openai.completions"
 
@@ -26,6 +31,8 @@ def matches_payload(payload: Mapping[str, Any]) -> bool:
     return payload.get("object") == "text_completion"
 
 
+# The model and the stream are named in the body.
+request = body_request
 # Any envelope, whatever the path: proxies and compatible servers mix them.
 error = provider_error
 

@@ -27,6 +27,7 @@ from pytest_latency.metrics.apis._protocol import (
 from pytest_latency.metrics.apis._shapes import (
     as_dict,
     as_str,
+    body_request,
     is_text,
     openai_normalised,
     provider_error,
@@ -67,6 +68,8 @@ def matches_payload(payload: Mapping[str, Any]) -> bool:
     )
 
 
+# The model and the stream are named in the body.
+request = body_request
 # Any envelope, whatever the path: proxies and compatible servers mix them.
 error = provider_error
 
