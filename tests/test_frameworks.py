@@ -12,6 +12,7 @@ which capture flags `consumer_bound`; `test_a_frameworks_first_call_is_flagged_n
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import statistics
 from collections.abc import Callable, Iterator
@@ -60,6 +61,14 @@ MESSAGES = [{"role": "user", "content": PROMPT}]
 OPENAI_MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-haiku-4-5"
 KEY = SecretStr("k")  # LangChain's models take their key as one
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_the_frameworks_garbage() -> Iterator[None]:
+    """The clients the frameworks cache and drop (see `pytestmark`) are collected here, under
+    this module's warning filters, not in whichever test's collection comes next."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")

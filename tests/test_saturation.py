@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import time
+import weakref
 from typing import Any
 
 import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
@@ -69,13 +70,19 @@ def test_the_monitor_runs_while_a_call_is_in_flight_and_stops_by_itself() -> Non
 def test_a_loop_closed_with_a_call_in_flight_leaves_no_pending_task() -> None:
     # asyncio.run cancels what is left: the monitor ends quietly (filterwarnings=error, and the
     # "Task was destroyed but it is pending" log would show as an unraisable error).
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
     async def main() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
         _stream.watch_loop(_record(time.perf_counter_ns()), time.perf_counter_ns)
         await asyncio.sleep(0.01)
 
     asyncio.run(main())
     gc.collect()
-    assert not _stream.MONITORS  # the entry died with its loop
+    # The entry died with its loop (other tests' loops may still be alive: frameworks keep
+    # theirs, in threads of their own).
+    assert loops[0]() is None
+    assert all(loop is not loops[0]() for loop in list(_stream.MONITORS))
 
 
 def test_no_monitor_for_sync_calls_or_an_injected_clock() -> None:
