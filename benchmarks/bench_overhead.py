@@ -8,8 +8,9 @@ difference, reported as the median and the 10th–90th percentile spread over th
    modelled decode time, so the server sends as fast as it can and the client is the bottleneck,
    which is the worst case for a client-side overhead). Each stream is a real SDK call of
    ``--tokens`` (2,000) content events over loopback: anthropic sync/async
-   ``messages.create(stream=True)``, openai sync/async chat. Figures: wall-time ratio
-   instrumented/plain (target <= 1.05) and the difference per content chunk.
+   ``messages.create(stream=True)``, openai sync/async chat, and a raw aiohttp session streaming
+   the chat endpoint line by line (the async path of google-genai and litellm). Figures:
+   wall-time ratio instrumented/plain (target <= 1.05) and the difference per content chunk.
 2. **No network** (an in-memory transport replaying the simulator's exact bytes, one SSE event per
    chunk): the wrapper's own cost per chunk, first at the transport (iterating the response stream
    only, nothing else in the loop), then through each SDK's parser (target <= 5 µs per chunk).
@@ -246,6 +247,55 @@ def run_sdk_pairs(
     return asyncio.run(go()), kept
 
 
+def run_aiohttp_pairs(
+    base: str, tokens: int, reps: int
+) -> tuple[list[tuple[Timing, Timing]], list[WireRecord]]:
+    """A raw aiohttp session streaming chat (google-genai's and litellm's async path), plain and
+    instrumented (`instrument(session)`: the middleware and the stamped reader), in ABBA pairs."""
+    import aiohttp
+
+    records: list[WireRecord] = []
+    kept: list[WireRecord] = []
+
+    def sink(record: WireRecord) -> None:
+        records.append(record)
+        if not kept:
+            kept.append(record)
+
+    body = {
+        "model": "m",
+        "messages": PROMPT,
+        "max_tokens": tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+    async def call(session: Any) -> None:
+        async with session.post(f"{base}/v1/chat/completions", json=body) as response:
+            async for _ in response.content:  # line by line, as google-genai reads
+                pass
+
+    async def go() -> list[tuple[Timing, Timing]]:
+        clock = time.perf_counter
+        async with aiohttp.ClientSession() as plain, aiohttp.ClientSession() as timed:
+            instrument(timed, sink=sink)
+            for session in (plain, timed):
+                await timed_async(call, session, records, clock)
+            kept.clear()
+            out = []
+            for i in range(reps):
+                if i % 2 == 0:
+                    a = await timed_async(call, plain, records, clock)
+                    b = await timed_async(call, timed, records, clock)
+                else:
+                    b = await timed_async(call, timed, records, clock)
+                    a = await timed_async(call, plain, records, clock)
+                out.append((a, b))
+            return out
+
+    return asyncio.run(go()), kept
+
+
 # ---- the in-memory transport -----------------------------------------------------------------
 
 
@@ -386,6 +436,10 @@ def main() -> int:
             results.append(row(name, args.tokens, measured))
             if kept:
                 parse[f"{kind} ({len(kept[0].reads)} reads)"] = parse_cost(kept[0], args.tokens)
+        measured, kept = run_aiohttp_pairs(base, args.tokens, args.pairs)
+        results.append(row("sim   aiohttp async stream (raw session)", args.tokens, measured))
+        if kept:
+            parse[f"aiohttp ({len(kept[0].reads)} reads)"] = parse_cost(kept[0], args.tokens)
         print(f"(load average after part 1: {load()})")
     finally:
         proc.terminate()
