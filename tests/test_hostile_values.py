@@ -5,12 +5,10 @@ the bad value is an error on its own call (or in its own test) and everything el
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,22 +174,12 @@ def test_an_injected_error_type_is_one_word_in_the_call_and_its_detail_one_line(
 
 @pytest.fixture
 def sink_port() -> Iterator[int]:
-    """A loopback port that accepts connections and never answers: h11 checks headers as it
-    sends them, so the client must get as far as a connection."""
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                accepted.append(server.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    server.close()
-    for conn in accepted:
-        conn.close()
+    """A loopback port that takes connections and never answers: h11 checks headers as it sends
+    them, so the client must get as far as a connection. The kernel completes the handshakes
+    into the listen backlog; nothing calls `accept()`. (A thread blocked in `accept()` here was
+    the bug in tests/test_hostile_server.py: closing the socket does not wake it.)"""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        yield server.getsockname()[1]
 
 
 def test_an_exception_quoting_the_api_key_never_reaches_the_record(sink_port: int) -> None:
@@ -480,7 +468,7 @@ def test_a_stream_that_is_not_utf8_is_a_failed_call_as_the_sdk_says() -> None:
     recording = Recording("t")
     with HostileServer({CHAT_PATH: [stream(lambda: [good, bad, b"data: [DONE]\n\n"])]}) as server:
         client = instrument(
-            openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k", max_retries=0),
+            openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k", max_retries=0, timeout=30),
             sink=recording.sink,
         )
         with client, pytest.raises(UnicodeDecodeError):
