@@ -1,11 +1,12 @@
 """A hostile HTTP server on 127.0.0.1 for tests: canned misbehaviours and recorded bodies replayed
 on a known schedule, served per path.
 
-Owns the server (a `ThreadingHTTPServer` on a free port, in a daemon thread) and a small library
-of behaviours. A behaviour is any callable that writes one whole response to the handler's
-socket; a path serves its list of behaviours in turn, repeating the last (so a retry can meet a
-different one). Responses are HTTP/1.0 style, ended by closing the connection, so a behaviour
-never has to know its length. A client that goes away mid-response is not an error here.
+Owns the server (a `ThreadingHTTPServer` on a free port, in a daemon thread, stopped within
+`STOP_TIMEOUT_S` or failing the test with a TimeoutError) and a small library of behaviours. A
+behaviour is any callable that writes one whole response to the handler's socket; a path serves its
+list of behaviours in turn, repeating the last (so a retry can meet a different one). Responses are
+HTTP/1.0 style, ended by closing the connection, so a behaviour never has to know its length. A
+client that goes away mid-response is not an error here.
 
 Add a behaviour as one more factory below returning a `Behaviour`; tests compose them:
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import socket
 import threading
 import time
 import zlib
@@ -33,13 +35,77 @@ Behaviour = Callable[[BaseHTTPRequestHandler], None]
 CHAT_PATH = "/v1/chat/completions"
 
 
-class HostileServer:
-    """Serve `routes` (path → behaviours, served in turn, the last repeating) on 127.0.0.1."""
+# How long stopping a server may take: the serve loop's poll, then every handler unblocked by the
+# end of its connection. A stop that takes longer fails the test with a TimeoutError; never a hang.
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
 
-    def __init__(self, routes: Mapping[str, Sequence[Behaviour]]) -> None:
+
+class _Server(ThreadingHTTPServer):
+    """The stdlib's threading server, made to stop in bounded time.
+
+    Its listening socket does not block: `serve_forever` accepts after its selector said a
+    connection is waiting, and a connection someone else accepted first (another thread blocked in
+    `accept()` on the same descriptor number, see tests/test_hostile_server.py) would otherwise
+    leave it in `accept()` for good, and `shutdown()` waiting on it for good. Handler threads are
+    tracked with their connections so a stop can end the connections (unblocking a handler stuck
+    writing to a client that stopped reading, or reading from one that never sends) and join each
+    thread with a deadline, where `server_close()` joins them with none."""
+
+    daemon_threads = True
+    block_on_close = False  # HostileServer.__exit__ joins the handlers itself, with a deadline
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.socket.setblocking(False)
+        self.live: dict[threading.Thread, socket.socket] = {}
+        self.live_lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, address = self.socket.accept()  # BlockingIOError if it was taken: an OSError
+        conn.setblocking(True)
+        return conn, address
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self._handle, args=(request, client_address), daemon=True)
+        with self.live_lock:
+            self.live[thread] = request
+        thread.start()
+
+    def _handle(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self.live_lock:
+                self.live.pop(threading.current_thread(), None)
+
+    def end_connections(self) -> list[threading.Thread]:
+        """Shut every live connection down (a handler blocked on it returns at once); the
+        handler threads still running."""
+        with self.live_lock:
+            live = list(self.live.items())
+        for _, conn in live:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        return [thread for thread, _ in live]
+
+
+class HostileServer:
+    """Serve `routes` (path → behaviours, served in turn, the last repeating) on 127.0.0.1.
+
+    Leaving the `with` block stops it within `stop_timeout_s` or raises TimeoutError naming what
+    is stuck: it never hangs the suite."""
+
+    def __init__(
+        self,
+        routes: Mapping[str, Sequence[Behaviour]],
+        *,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> None:
         self._routes = {path: list(behaviours) for path, behaviours in routes.items()}
         self._served = dict.fromkeys(self._routes, 0)
         self._lock = threading.Lock()
+        self._stop_timeout_s = stop_timeout_s
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,14 +120,20 @@ class HostileServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: the tests' output is not the place for an access log
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._httpd = _Server(Handler)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
 
     @property
     def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host, port = self.address
+        return f"http://{host}:{port}"
 
     def url(self, path: str = CHAT_PATH) -> str:
         return self.base_url + path
@@ -72,7 +144,7 @@ class HostileServer:
 
     def route(self, path: str, behaviours: Sequence[Behaviour]) -> None:
         """Serve `path` with these behaviours from now on, counting afresh: one server for many
-        replays (stopping one waits out `serve_forever`'s half-second poll)."""
+        replays."""
         with self._lock:
             self._routes[path] = list(behaviours)
             self._served[path] = 0
@@ -86,7 +158,8 @@ class HostileServer:
         with self._lock:
             index = self._served[path]
             self._served[path] = index + 1
-        # A client that stops reading mid-response made its choice: not the server's error.
+        # A client that stops reading mid-response made its choice: not the server's error; nor
+        # is the end of the connection when the server stops.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             behaviours[min(index, len(behaviours) - 1)](handler)
 
@@ -100,9 +173,31 @@ class HostileServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop serving, end every connection and join every thread, within `stop_timeout_s`."""
+        deadline = time.monotonic() + self._stop_timeout_s
+        httpd = self._httpd
+        # BaseServer.shutdown() waits for the serve loop with no timeout: wait for it here.
+        stopper = threading.Thread(target=httpd.shutdown, daemon=True)
+        stopper.start()
+        with contextlib.suppress(OSError):
+            httpd.socket.shutdown(socket.SHUT_RDWR)  # no new connections from here on
+        stopper.join(max(deadline - time.monotonic(), 0))
+        self._thread.join(max(deadline - time.monotonic(), 0))
+        httpd.server_close()
+        stuck = [name for name, thread in (("serve loop", self._thread),) if thread.is_alive()]
+        for thread in httpd.end_connections():
+            thread.join(max(deadline - time.monotonic(), 0))
+            if thread.is_alive():
+                stuck.append(f"handler {thread.name}")
+        if stuck:
+            raise TimeoutError(
+                f"HostileServer({self.base_url}) did not stop within {self._stop_timeout_s:g} s: "
+                + ", ".join(stuck)
+                + " still running"
+            )
 
 
 # ---- behaviours ----------------------------------------------------------------------------------

@@ -10,8 +10,12 @@ read-ahead. Whatever arrives:
 - its timing is kept: stamps in order, `ttfb` the headers' stamp, `ttft`/`ttfo` the arrival of a
   kept read, `e2e` within the call;
 - its metrics hold test_metrics_fuzz's checks (one printable line per string, finite numbers,
-  the plain-data round trip); its error kind is the HTTP status, else the first error the body
-  showed, else the transport's.
+  the plain-data round trip, time and peak memory within `bounded_metrics`' bounds); its error
+  kind is the HTTP status, else the first error the body showed, else the transport's;
+- what the record holds stays within its keep limit (fuzzed down to a few reads, to cap calls):
+  the reads kept are charged their bytes and `READ_COST`, the notes `NOTE_COST`, and the
+  record's real size (`retained`) is that charge and the request body, give or take 16 KiB;
+- one 4 MiB line in 512 B reads goes through at least once.
 
 tests/test_metrics_fuzz.py and test_metrics_sse.py fuzz `call_metrics` on records built by hand;
 this drives the same bytes through the capture's stream wrappers first."""
@@ -19,20 +23,22 @@ this drives the same bytes through the capture's stream wrappers first."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+from unittest import mock
 
 import httpx2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_metrics_fuzz import PAYLOAD, TEXT, USAGE, check_call
+from test_metrics_fuzz import HUGE_LINE_READS, PAYLOAD, TEXT, USAGE, bounded_metrics, check_call
 
-from pytest_latency.capture import instrument
-from pytest_latency.metrics import call_metrics
-from pytest_latency.wire import WireRecord
+from pytest_latency.capture import _stream, instrument
+from pytest_latency.wire import KEEP_LIMIT, NOTE_COST, READ_COST, WireRecord
 
 CHAT = "http://h/v1/chat/completions"
 RESPONSES = "http://h/v1/responses"
@@ -126,6 +132,7 @@ class Plan:
     pieces: list[bytes]  # the body as the transport yields it
     ending: str  # "eof", "error" (the transport raises after the pieces) or "break"
     stop_after: int  # "break": the consumer stops after this many chunks
+    keep_limit: int = KEEP_LIMIT  # what the call's record may keep (wire.KEEP_LIMIT)
 
 
 @st.composite
@@ -151,7 +158,12 @@ def plans(draw: st.DrawFn) -> Plan:
         pieces=pieces,
         ending=draw(st.sampled_from(["eof", "eof", "error", "break"])),
         stop_after=draw(st.integers(0, 4)),
+        keep_limit=draw(st.sampled_from([KEEP_LIMIT, KEEP_LIMIT, 0, READ_COST + 20, 600])),
     )
+
+
+# One 4 MiB content line in 512 B reads, through the capture.
+HUGE_LINE_PLAN = Plan(CHAT, 200, False, HUGE_LINE_READS, "eof", 0)
 
 
 TRANSPORT_ERRORS = (httpx2.RemoteProtocolError, httpx2.ReadTimeout, httpx2.ReadError)
@@ -233,6 +245,48 @@ async def _read_async(client: httpx2.AsyncClient, plan: Plan) -> Consumer:
     return consumer
 
 
+@contextlib.contextmanager
+def _keeping(limit: int) -> Iterator[None]:
+    """Records started meanwhile keep at most `limit` (wire.KEEP_LIMIT's stand-in)."""
+    start = _stream.start_record
+
+    def small(*args: Any, **kwargs: Any) -> WireRecord:
+        record = start(*args, **kwargs)
+        record.keep_limit = limit
+        return record
+
+    with mock.patch.object(_stream, "start_record", small):
+        yield
+
+
+def retained(record: WireRecord) -> int:
+    """What the record holds, in CPython object sizes: it, its fields, and their lists' and
+    tuples' items (a shared object counted once)."""
+    seen: set[int] = set()
+    total = 0
+    stack: list[object] = [record, *(getattr(record, f.name) for f in fields(record))]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, list | tuple):
+            stack.extend(obj)
+    return total
+
+
+def _check_kept(record: WireRecord) -> None:
+    """The record holds what its keep limit allows: the reads' bytes and `READ_COST` each, the
+    absence notes' `NOTE_COST` each (the read that crossed the limit was noted before it was
+    found not to fit), and its real size is that charge with the request body, within 16 KiB."""
+    notes = len(record.read_cpu) + len(record.queued) + len(record.paused)
+    charged = sum(len(data) + READ_COST for _, _, data in record.reads) + NOTE_COST * notes
+    assert charged <= record.keep_limit + 3 * NOTE_COST, (charged, record.keep_limit)
+    size = retained(record)
+    assert size <= charged + len(record.request_body) + 16 * 1024, (size, charged)
+
+
 def _check(
     plan: Plan, served: Served, records: list[WireRecord], consumer: Consumer, *, read_ahead: bool
 ) -> None:
@@ -242,17 +296,22 @@ def _check(
     record = records[0]
     assert record.t_eof_ns is not None or record.t_closed_ns is not None or record.error
     assert record.status == plan.status and record.t_headers_ns is not None
+    _check_kept(record)
     kept = b"".join(data for _, _, data in record.reads)
     got = b"".join(consumer.received)
-    # What the consumer got is what was kept, in order (read-ahead may have read on).
-    assert kept.startswith(got) if read_ahead else kept == got, (kept, got)
+    # What the consumer got is what was kept, in order (read-ahead may have read on), and past
+    # the keep limit what was not kept is counted.
+    if record.capped:
+        assert read_ahead or len(kept) + record.dropped_bytes == len(got), (kept, got)
+    else:
+        assert kept.startswith(got) if read_ahead else kept == got, (kept, got)
     assert kept == b"".join(plan.pieces)[: len(kept)]
     stamps = [record.t_start_ns, record.t_headers_ns]
     for asked, arrived, _ in record.reads:
         assert asked <= arrived
         stamps.append(arrived)
     assert stamps == sorted(stamps), stamps
-    metrics = call_metrics(record)
+    metrics = bounded_metrics(record)
     check_call(metrics)
     assert metrics.ttfb == (record.t_headers_ns - record.t_start_ns) / 1000
     arrivals = {(arrived - record.t_start_ns) / 1000 for _, arrived, _ in record.reads}
@@ -275,21 +334,26 @@ FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCh
 
 @FUZZ
 @given(plan=plans(), read_ahead=st.booleans())
+@example(plan=HUGE_LINE_PLAN, read_ahead=False)
 def test_random_streams_through_the_sync_capture(plan: Plan, read_ahead: bool) -> None:
     served = Served()
     served.plan = plan
     records: list[WireRecord] = []
-    with instrument(
-        httpx2.Client(transport=httpx2.MockTransport(served.sync)),
-        sink=records.append,
-        read_ahead=read_ahead,
-    ) as client:
+    with (
+        _keeping(plan.keep_limit),
+        instrument(
+            httpx2.Client(transport=httpx2.MockTransport(served.sync)),
+            sink=records.append,
+            read_ahead=read_ahead,
+        ) as client,
+    ):
         consumer = _read_sync(client, plan)
     _check(plan, served, records, consumer, read_ahead=read_ahead)
 
 
 @FUZZ
 @given(plan=plans(), read_ahead=st.booleans())
+@example(plan=HUGE_LINE_PLAN, read_ahead=True)
 def test_random_streams_through_the_async_capture(plan: Plan, read_ahead: bool) -> None:
     served = Served()
     served.plan = plan
@@ -303,4 +367,6 @@ def test_random_streams_through_the_async_capture(plan: Plan, read_ahead: bool) 
         ) as client:
             return await _read_async(client, plan)
 
-    _check(plan, served, records, asyncio.run(run()), read_ahead=read_ahead)
+    with _keeping(plan.keep_limit):
+        consumer = asyncio.run(run())
+    _check(plan, served, records, consumer, read_ahead=read_ahead)

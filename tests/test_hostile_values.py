@@ -5,12 +5,10 @@ the bad value is an error on its own call (or in its own test) and everything el
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,16 @@ HUGE = 10**400  # a 401-digit count: int(), json and Python accept it; float ari
 KEY = "sk-ant-api03-" + "Q" * 40  # the shape of a real key, not one
 # A gateway's own token, of no provider's shape: only the request's headers say it is secret.
 PLAIN = "zq7" + "K" * 29
+
+
+# Every output a run writes, and no plugin reordering the tests.
+OUTPUTS = (
+    "--latency-json=out.json",
+    "--latency-report=out.html",
+    "--latency-markdown=out.md",
+    "-p",
+    "no:randomly",
+)
 
 
 def _sse(*events: tuple[str | None, dict[str, Any] | str]) -> bytes:
@@ -176,22 +184,12 @@ def test_an_injected_error_type_is_one_word_in_the_call_and_its_detail_one_line(
 
 @pytest.fixture
 def sink_port() -> Iterator[int]:
-    """A loopback port that accepts connections and never answers: h11 checks headers as it
-    sends them, so the client must get as far as a connection."""
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                accepted.append(server.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    server.close()
-    for conn in accepted:
-        conn.close()
+    """A loopback port that takes connections and never answers: h11 checks headers as it sends
+    them, so the client must get as far as a connection. The kernel completes the handshakes
+    into the listen backlog; nothing calls `accept()`. (A thread blocked in `accept()` here was
+    the bug in tests/test_hostile_server.py: closing the socket does not wake it.)"""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        yield server.getsockname()[1]
 
 
 def test_an_exception_quoting_the_api_key_never_reaches_the_record(sink_port: int) -> None:
@@ -236,11 +234,7 @@ def test_the_key_reaches_no_output_of_a_run(pytester: pytest.Pytester, sink_port
         """
     )
     result = pytester.runpytest_subprocess(
-        "--latency-json=out.json",
-        "--latency-report=out.html",
-        "--latency-markdown=out.md",
-        "-p",
-        "no:randomly",
+        *OUTPUTS,
     )
     result.assert_outcomes(passed=2)
     for name in ("out.json", "out.html", "out.md"):
@@ -250,6 +244,100 @@ def test_the_key_reaches_no_output_of_a_run(pytester: pytest.Pytester, sink_port
     kinds = data["tests"][0]["error_kinds"]
     assert kinds and all(REDACTED in (k["detail"] or "") for k in kinds.values()), kinds
     assert KEY not in result.stdout.str()
+
+
+INNER_ANTHROPIC_KEY = """
+import anthropic, pytest
+
+@pytest.mark.latency("error_rate < 1%", samples=1)
+def test_leaky(anthropic_client):
+    client = anthropic_client.with_options(max_retries=1)
+    with pytest.raises(anthropic.APIConnectionError) as raised:
+        client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "q"}])
+    assert "{key}" in repr(raised.value.__cause__), "the leak is real"
+
+def test_after(latency):
+    latency.record("ttft", 12, unit="ms")
+"""
+
+
+def test_an_anthropic_key_with_a_newline_reaches_no_output_of_a_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, sink_port: int
+) -> None:
+    """The anthropic SDK with ANTHROPIC_API_KEY ending in a newline (a key pasted from a file):
+    h11 refuses the `x-api-key` header and quotes it, on each attempt. The failing test's error
+    budget prints its errors; the key reaches neither that, nor the annotations, nor any file."""
+    pytester.makepyfile(test_inner=INNER_ANTHROPIC_KEY.replace("{key}", KEY))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY + "\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")  # the ::error annotations too
+    result = pytester.runpytest_subprocess(
+        f"--latency-anthropic-base-url=http://127.0.0.1:{sink_port}",
+        *OUTPUTS,
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output
+    result.assert_outcomes(passed=1, failed=1)  # the error budget fails on the refused calls
+    assert KEY not in output
+    for name in ("out.json", "out.html", "out.md"):
+        text = Path(pytester.path, name).read_text(encoding="utf-8")
+        assert KEY not in text, name
+    data = json.loads(Path(pytester.path, "out.json").read_text(encoding="utf-8"))
+    leaky = next(t for t in data["tests"] if t["nodeid"].endswith("test_leaky"))
+    kinds = leaky["error_kinds"]
+    assert leaky["call_count"] == 1 and kinds["LocalProtocolError"]["attempts"] == 2, leaky
+    assert all(REDACTED in (k["detail"] or "") for k in kinds.values()), kinds
+
+
+INNER_AUTO_CAPTURE = """
+import httpx2, pytest
+
+@pytest.mark.latency(samples=2)
+def test_huge_usage():
+    with httpx2.Client(timeout=30) as client:
+        with client.stream("POST", "{url}", json={"model": "m", "stream": True}) as response:
+            for _ in response.iter_bytes():
+                pass
+
+def test_after(latency):
+    latency.record("ttft", 12, unit="ms")
+"""
+
+
+@pytest.mark.slow
+def test_malformed_usage_under_auto_capture_is_an_error_of_that_call(
+    pytester: pytest.Pytester,
+) -> None:
+    """Under `--latency-capture=auto`, raw httpx2 calls to a server whose usage says 10^400
+    tokens: it was "could not write its outputs: OverflowError", no file, exit 0. Now each such
+    call is a `bad_usage` error, every test runs and every output is written."""
+    from hostile_server import CHAT_PATH, HostileServer, events
+
+    chunk = '{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}'
+    huge = (
+        '{"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,'
+        f'"completion_tokens":{HUGE},"total_tokens":9}}}}'
+    )
+    with HostileServer({CHAT_PATH: [events(chunk, huge, "[DONE]")]}) as server:
+        pytester.makepyfile(test_inner=INNER_AUTO_CAPTURE.replace("{url}", server.url()))
+        result = pytester.runpytest_subprocess(
+            "--latency-capture=auto",
+            *OUTPUTS,
+        )
+        assert server.served(CHAT_PATH) == 2
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "OverflowError" not in output, output[-3000:]
+    assert "could not write" not in output, output[-3000:]
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    for name in ("out.html", "out.md"):
+        assert Path(pytester.path, name).stat().st_size > 0, name
+    data = json.loads(Path(pytester.path, "out.json").read_text(encoding="utf-8"))
+    by_name = {t["nodeid"].rsplit("::", 1)[1]: t for t in data["tests"]}
+    huge_usage = by_name["test_huge_usage"]
+    assert huge_usage["call_count"] == 2 and huge_usage["errors"] == {"bad_usage": 2}
+    detail = huge_usage["error_kinds"]["bad_usage"]["detail"]
+    assert "out of range" in detail and len(detail) < 200, detail  # never the 401 digits
+    assert by_name["test_after"]["metrics"]["ttft"]["count"] == 1
 
 
 # ---- item 2: latency.record() with NaN, infinities and floats' overflow -------------------------
@@ -445,11 +533,7 @@ def test_a_hostile_server_breaks_nothing_in_a_whole_run(
     with HostileServer(routes) as server:
         result = pytester.runpytest_subprocess(
             f"--latency-openai-base-url={server.base_url}/v1",
-            "--latency-json=out.json",
-            "--latency-report=out.html",
-            "--latency-markdown=out.md",
-            "-p",
-            "no:randomly",
+            *OUTPUTS,
         )
     output = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in output and "OverflowError" not in output
@@ -480,7 +564,7 @@ def test_a_stream_that_is_not_utf8_is_a_failed_call_as_the_sdk_says() -> None:
     recording = Recording("t")
     with HostileServer({CHAT_PATH: [stream(lambda: [good, bad, b"data: [DONE]\n\n"])]}) as server:
         client = instrument(
-            openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k", max_retries=0),
+            openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k", max_retries=0, timeout=30),
             sink=recording.sink,
         )
         with client, pytest.raises(UnicodeDecodeError):

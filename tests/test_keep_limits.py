@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -21,7 +22,7 @@ import pytest_latency.sim  # noqa: F401
 from pytest_latency.capture import _stream
 from pytest_latency.metrics import CallMetrics, _scan, call_metrics
 from pytest_latency.metrics._body import decode_reads
-from pytest_latency.wire import READ_COST, WireRecord
+from pytest_latency.wire import NOTE_COST, READ_COST, WireRecord
 
 pytest_plugins = ["pytester"]
 
@@ -83,6 +84,24 @@ def test_under_the_limit_nothing_is_flagged() -> None:
     record = _record(10 * (100 + READ_COST))
     list(_stream.TimedBody(CHUNKS, record, itertools.count(1_000, 1_000).__next__))
     assert len(record.reads) == 10 and not record.capped
+
+
+def test_notes_of_the_consumers_absences_are_charged_to_the_limit() -> None:
+    """A test body away 1.5 ms before every read: each read kept may carry a note in `read_cpu`,
+    `queued` and `paused`, charged `NOTE_COST` each, and the reads past the limit carry none
+    (they were noted past it: 300 reads of a 2,000 B limit kept 11 and noted 299)."""
+    record = _record(2_000)
+    for _ in _stream.TimedBody([b"data: {}\n\n"] * 100, record, time.perf_counter_ns):
+        until = time.perf_counter() + 0.0015
+        while time.perf_counter() < until:
+            pass
+    assert record.capped
+    notes = len(record.read_cpu) + len(record.queued) + len(record.paused)
+    kept = sum(len(data) + READ_COST for _, _, data in record.reads)
+    # The read that crossed the limit was noted before it was found not to fit.
+    assert kept + NOTE_COST * notes <= record.keep_limit + 3 * NOTE_COST, (kept, notes)
+    for noted in (record.read_cpu, record.queued, record.paused):
+        assert len(noted) <= len(record.reads) + 1
 
 
 def test_a_capped_call_keeps_its_timing_up_to_the_limit() -> None:

@@ -1,7 +1,8 @@
 """Fuzz: random bytes, random JSON and random usage values through metrics (issue #15). Whatever
 a server sends, `call_metrics` returns a record (never raises), every string it keeps is one
 printable line, every number is finite or absent, the record survives its plain-data form, and
-parsing stays linear enough to bound its time."""
+its time and peak memory stay within the bounds docs/metrics.md documents ("What a call keeps",
+`bounded_metrics` below), one huge line in many small reads (the old quadratic path) included."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import json
 import math
 import re
 import time
+import tracemalloc
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_metrics import make_record
 
 from pytest_latency.metrics import CallMetrics, call_metrics
+from pytest_latency.metrics._body import decode_reads
 from pytest_latency.wire import WireRecord
 
 URLS = (
@@ -150,6 +153,76 @@ def check_call(metrics: CallMetrics) -> None:
     assert CallMetrics.from_dict(json.loads(json.dumps(metrics.to_dict()))) == metrics
 
 
+# What computing one call's metrics may cost (docs/metrics.md, "What a call keeps"), counted
+# from what the call kept: its bytes B (as kept, plus as inflated for a content-encoding), its
+# reads and its lines (every SSE event ends with one). Peak memory allocated, as tracemalloc
+# counts it: 256 KiB (zlib's inflater alone is ~70 KiB) + 4 B per byte of B (the line joined,
+# decoded and its data field are the bytes' copies) + 256 B per read or line (their records).
+# Time: 1 s + 0.1 s per MiB of B + 250 us per read or line, about seven times what a 2-core VM
+# took beside two CPU hogs; the old quadratic parser took 132 s on the 4 MiB line below against
+# a bound of 3.5 s.
+MEMORY_FIXED = 256 * 1024
+MEMORY_PER_BYTE = 4
+MEMORY_PER_ITEM = 256
+TIME_FIXED_S = 1.0
+TIME_PER_MIB_S = 0.1
+TIME_PER_ITEM_S = 250e-6
+MIB = 1024 * 1024
+
+
+def bounds(record: WireRecord) -> tuple[float, int]:
+    """The time (s) and peak memory (B) `call_metrics(record)` may take."""
+    kept = record.body
+    size, text = len(kept), kept
+    encoding = record.content_encoding.strip().lower()
+    if encoding and encoding != "identity":
+        text = decode_reads(record.reads, record.content_encoding).data
+        size += len(text)
+    items = len(record.reads) + text.count(b"\n") + text.count(b"\r")
+    seconds = TIME_FIXED_S + TIME_PER_MIB_S * size / MIB + TIME_PER_ITEM_S * items
+    return seconds, MEMORY_FIXED + MEMORY_PER_BYTE * size + MEMORY_PER_ITEM * items
+
+
+def bounded_metrics(record: WireRecord) -> CallMetrics:
+    """`call_metrics(record)`, held to `bounds`: timed as it runs, then run again under
+    tracemalloc for its peak (the tracer slows it; the time is the untraced run's)."""
+    seconds, memory = bounds(record)
+    start = time.perf_counter()
+    metrics = call_metrics(record)
+    took = time.perf_counter() - start
+    assert took <= seconds, f"call_metrics took {took:.2f} s, bound {seconds:.2f} s"
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        assert call_metrics(record) == metrics
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert peak <= memory, f"call_metrics peaked at {peak:,} B, bound {memory:,} B"
+    return metrics
+
+
+# One 4 MiB content line in 512 B reads (the old parser re-joined and re-scanned the open line on
+# every read), and a whole stream a byte a read.
+HUGE_LINE = (
+    b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
+    + b"x" * (4 * MIB)
+    + b'"}}]}\n\n'
+)
+HUGE_LINE_READS = [HUGE_LINE[i : i + 512] for i in range(0, len(HUGE_LINE), 512)]
+SMALL_STREAM = (
+    b"".join(
+        f'data: {{"choices":[{{"index":0,"delta":{{"content":"t{i}"}}}}]}}\n\n'.encode()
+        for i in range(400)
+    )
+    + b"data: [DONE]\n\n"
+)
+BYTE_READS = [SMALL_STREAM[i : i + 1] for i in range(len(SMALL_STREAM))]
+
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -161,7 +234,7 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 )
 def test_random_json_events_never_break_a_call(url: str, payloads: list[Any], status: int) -> None:
     reads = [_event(p) for p in payloads] + [b"data: [DONE]\n\n"]
-    check_call(call_metrics(_record(url, reads, status, "text/event-stream")))
+    check_call(bounded_metrics(_record(url, reads, status, "text/event-stream")))
 
 
 @FUZZ
@@ -170,8 +243,11 @@ def test_random_json_events_never_break_a_call(url: str, payloads: list[Any], st
     reads=st.lists(st.binary(max_size=200), max_size=8),
     content_type=st.sampled_from(["text/event-stream", "application/json", "", "text/plain"]),
 )
+@example(url=URLS[0], reads=HUGE_LINE_READS, content_type="text/event-stream")
+@example(url=URLS[0], reads=BYTE_READS, content_type="text/event-stream")
+@example(url=URLS[0], reads=HUGE_LINE_READS, content_type="application/json")
 def test_random_bytes_never_break_a_call(url: str, reads: list[bytes], content_type: str) -> None:
-    check_call(call_metrics(_record(url, reads, 200, content_type)))
+    check_call(bounded_metrics(_record(url, reads, 200, content_type)))
 
 
 @FUZZ
@@ -181,7 +257,7 @@ def test_random_json_bodies_never_break_a_call(body: Any, url: str) -> None:
         data = json.dumps(body).encode()
     except ValueError:
         data = b"{}"
-    check_call(call_metrics(_record(url, [data], 200, "application/json")))
+    check_call(bounded_metrics(_record(url, [data], 200, "application/json")))
 
 
 def test_parsing_time_grows_linearly_with_events() -> None:

@@ -10,6 +10,8 @@ naming the file, with no traceback, within bounded memory and time.
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import random
@@ -152,10 +154,14 @@ def _mutated(document: dict[str, Any], rng: random.Random) -> str:
     return text
 
 
-@pytest.fixture(scope="module")
-def rich() -> dict[str, Any]:
+def _rich() -> dict[str, Any]:
     tests = [*diagnosis_tests()[1:], make_test("t.py::test_plain", seed=5, samples=8)]
     return build(tests)
+
+
+@pytest.fixture(scope="module")
+def rich() -> dict[str, Any]:
+    return _rich()
 
 
 def _one_line_naming(err: str, path: Path) -> None:
@@ -165,30 +171,42 @@ def _one_line_naming(err: str, path: Path) -> None:
     assert "Traceback" not in err, err
 
 
-def test_hostile_result_files_exit_0_to_2_with_one_line_bounded(
-    rich: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def fuzz_result_files(tmp_path: Path) -> dict[str, Any]:
+    """The fuzz loop, run in a fresh process (`CHILD`): its outcomes, the fields refused, its
+    time and how far it raised the process's peak RSS above what the process took to get there
+    (imports, the rich file, one clean run of each command). Any assertion fails the child."""
+    rich = _rich()
     good = tmp_path / "good.json"
     write_result(good, rich)
     bad = tmp_path / "bad.json"
     out = tmp_path / "out"
-    rng = random.Random(SEED)
-    outcomes: Counter[int] = Counter()
-    refused_fields: set[str] = set()
-    started = time.monotonic()
-    # The process's high-water mark: it moves only if this loop needs more than the test session
-    # already did (tracemalloc would triple the loop's time; the targeted tests use it).
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(70):
-        bad.write_text(_mutated(rich, rng), encoding="utf-8")
-        for argv in (
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            status = main(argv)  # any exception escaping fails the child with its traceback
+        return status, err.getvalue()
+
+    def commands() -> list[list[str]]:
+        return [
             ["report", str(bad), "-o", f"{out}.html", "--markdown", f"{out}.md"],
             ["merge", str(good), str(bad), "-o", f"{out}.json"],
             ["compare", str(good), str(bad), "-o", f"{out}.diff.md"],
             ["compare", str(bad), str(good), "-o", f"{out}.diff.md"],
-        ):
-            status = main(argv)  # any exception escaping fails the test with its traceback
-            err = capsys.readouterr().err
+        ]
+
+    write_result(bad, rich)
+    for argv in commands():  # warm: what every command imports and builds once
+        assert run(argv)[0] in (0, 1)
+    rng = random.Random(SEED)
+    outcomes: Counter[int] = Counter()
+    refused_fields: set[str] = set()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    for _ in range(70):
+        bad.write_text(_mutated(rich, rng), encoding="utf-8")
+        for argv in commands():
+            status, err = run(argv)
             assert status in (0, 1, 2), (argv, status)
             outcomes[status] += 1
             if status == 2:
@@ -198,17 +216,47 @@ def test_hostile_result_files_exit_0_to_2_with_one_line_bounded(
                 assert err == "", err
             if argv[0] == "merge" and status == 0:
                 # What merge wrote from an accepted file loads again: no garbage passed on.
-                assert main(["report", f"{out}.json", "--markdown", f"{out}.md"]) == 0
-    elapsed = time.monotonic() - started
-    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+                assert run(["report", f"{out}.json", "--markdown", f"{out}.md"])[0] == 0
+    return {
+        "elapsed": time.monotonic() - started,
+        "grown_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before,
+        "outcomes": dict(outcomes),
+        "refused_fields": sorted(refused_fields),
+    }
+
+
+CHILD = """
+import json, sys
+from pathlib import Path
+from test_result_fuzz import fuzz_result_files
+print(json.dumps(fuzz_result_files(Path(sys.argv[1]))))
+"""
+
+
+def test_hostile_result_files_exit_0_to_2_with_one_line_bounded(tmp_path: Path) -> None:
+    # In a fresh process: this session's own high-water mark would hide any growth below it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
     # The bombs alone took 2.1 GB, 10^8 expanded values 4 GB: the bound is far below either.
+    grown_kib = result["grown_kib"]
     assert grown_kib < 150 << 10, f"peak RSS grew {grown_kib / 1024:.0f} MiB"
     # ~5 s here, 36 s beside two CPU hogs and a second test run: the bound catches a blow-up
     # (a quadratic path, a hang), not a busy machine; the speed target is benchmarks/'.
-    assert elapsed < 120, elapsed
+    assert result["elapsed"] < 120, result["elapsed"]
     # The fuzzer reached both sides: files refused, and mutated files still accepted.
-    assert outcomes[2] > 100 and outcomes[0] + outcomes[1] > 50, outcomes
-    assert len(refused_fields) > 40, sorted(refused_fields)
+    outcomes = {int(k): v for k, v in result["outcomes"].items()}
+    assert outcomes.get(2, 0) > 100, outcomes
+    assert outcomes.get(0, 0) + outcomes.get(1, 0) > 50, outcomes
+    assert len(result["refused_fields"]) > 40, result["refused_fields"]
 
 
 def _limited() -> None:  # in the child: 1 GiB of address space, 20 s of CPU

@@ -10,13 +10,13 @@ Request headers are never stored (they carry API keys). The request body is held
 `metrics` can read the model and the stream flag; outputs never contain it (`metrics` keeps
 sizes and hashes, and text only when `text_limit` asks for it).
 
-Also owns what one record may keep (docs/metrics.md, "What a call keeps"): `KEEP_LIMIT` bytes,
-each read charged its body bytes plus `READ_COST` for its stamps, so a hostile or endless body
-costs a bounded amount of memory however it is cut. Past the limit capture keeps no more bytes
-and no more stamps, but counts them (`dropped_bytes`, `dropped_reads`) and keeps the last
-arrival, so the call is flagged `capped` with its timing up to the limit intact. `DECODED_LIMIT`
-bounds the decoded body the same way (a gzip bomb), where `metrics` inflates it, and
-`EVENT_LIMIT` the SSE events it walks.
+Also owns what one record may keep (docs/metrics.md, "What a call keeps"): `KEEP_LIMIT` bytes, each
+read charged its body bytes plus `READ_COST` for its stamps, so a hostile or endless body costs a
+bounded amount of memory however it is cut (each note of a consumer's absence before a read,
+`NOTE_COST`, is charged too). Past the limit capture keeps no more bytes and no more stamps, but
+counts them (`dropped_bytes`, `dropped_reads`) and keeps the last arrival, so the call is flagged
+`capped` with its timing up to the limit intact. `DECODED_LIMIT` bounds the decoded body the same
+way (a gzip bomb), where `metrics` inflates it, and `EVENT_LIMIT` the SSE events it walks.
 
 Also owns the consumer-bound detector's two thresholds (`WAIT_NS`, `AWAY_NS`), which capture
 reads to know when to note the scheduler's run-queue counter, and `LoopLag`, the event-loop lag
@@ -35,6 +35,11 @@ from dataclasses import dataclass, field
 # one event a read) takes ~50 MiB; the limit bounds the reads kept to 64 MiB / 170 B = 394,758.
 KEEP_LIMIT = 64 * 1024 * 1024
 READ_COST = 170
+# What a note of the consumer's absence costs besides (`read_cpu`, `queued`, `paused`: a 2-tuple
+# 56 B, two ints 28-32 B each, a list slot 8 B), charged to the same limit: a consumer away
+# before every read (a test body doing 2 ms of work a chunk) adds up to three notes a read, and
+# past the limit they were kept for reads that were not. Only kept reads are noted.
+NOTE_COST = 130
 # The most a compressed body is inflated to, per call (`metrics`): a gzip bomb stops here.
 DECODED_LIMIT = 64 * 1024 * 1024
 # The consumer-bound detector's thresholds (sdk-findings §3.5), here because capture reads them

@@ -47,7 +47,7 @@ from collections.abc import (
 
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
-from pytest_latency.wire import AWAY_NS, READ_COST, WAIT_NS, LoopLag, WireRecord
+from pytest_latency.wire import AWAY_NS, NOTE_COST, READ_COST, WAIT_NS, LoopLag, WireRecord
 
 Clock = Callable[[], int]
 
@@ -295,7 +295,8 @@ class TimedBody:
                 record.t_asked_ns = asked = clock()
                 # After an absence, the read's own CPU time (see `WireRecord.read_cpu`): one test
                 # a chunk, two clock_gettime calls an absence.
-                cpu = cpu_time() if asked - previous > away and fd >= 0 else -1
+                # Noted only for a read that is kept, and charged to the limit (`NOTE_COST`).
+                cpu = cpu_time() if asked - previous > away and fd >= 0 and room >= 0 else -1
                 try:
                     chunk = next(chunks)
                 except StopIteration:
@@ -303,12 +304,15 @@ class TimedBody:
                 arrived = clock()
                 if cpu >= 0:
                     record.read_cpu.append((len(reads), cpu_time() - cpu))
+                    room -= NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
-                if arrived - previous > slow and timed:
+                if arrived - previous > slow and timed and room >= 0:
                     if fd >= 0:
                         since = note_queued(record, queue, len(reads), since, asked - previous)
                     paused = note_paused(record, len(reads), paused, asked - previous)
+                    if asked - previous > away:  # what the two notes may have cost
+                        room -= 2 * NOTE_COST
                 previous = arrived
                 # The keep limit: a subtraction and a test per chunk (+0.11 us measured against
                 # the loop without it, docs/performance.md §8), a call past it.
@@ -352,7 +356,7 @@ class AsyncTimedBody:
         room, cost = record.keep_limit, READ_COST
         queue = _queue_reader(self)
         fd = queue.fd
-        since, slow = self._since, WAIT_NS
+        since, slow, away = self._since, WAIT_NS, AWAY_NS
         paused = self._paused
         timed = clock is time.perf_counter_ns
         previous = record.t_headers_ns or clock()
@@ -365,10 +369,12 @@ class AsyncTimedBody:
                 except StopAsyncIteration:
                     break
                 arrived = clock()
-                if arrived - previous > slow and timed:
+                if arrived - previous > slow and timed and room >= 0:
                     if fd >= 0:
                         since = note_queued(record, queue, len(reads), since, asked - previous)
                     paused = note_paused(record, len(reads), paused, asked - previous)
+                    if asked - previous > away:  # what the two notes may have cost
+                        room -= 2 * NOTE_COST
                 previous = arrived
                 room -= len(chunk) + cost
                 if room >= 0:
