@@ -90,6 +90,36 @@ def pairs(
     return out
 
 
+async def async_pairs(
+    reps: int, plain: Callable[[], Awaitable[Timing]], timed: Callable[[], Awaitable[Timing]]
+) -> list[tuple[Timing, Timing]]:
+    """`pairs` for coroutines, on the running loop."""
+    out = []
+    for i in range(reps):
+        if i % 2 == 0:
+            a = await plain()
+            b = await timed()
+        else:
+            b = await timed()
+            a = await plain()
+        out.append((a, b))
+    return out
+
+
+def keeping_first() -> tuple[list[WireRecord], list[WireRecord], Callable[[WireRecord], None]]:
+    """A sink that collects records (cleared after each timed call) and keeps the first one
+    after the warm-up (`kept`, cleared by the caller then) for the parse-cost figure."""
+    records: list[WireRecord] = []
+    kept: list[WireRecord] = []
+
+    def sink(record: WireRecord) -> None:
+        records.append(record)
+        if not kept:
+            kept.append(record)
+
+    return records, kept, sink
+
+
 def row(name: str, chunks: int, timings: list[tuple[Timing, Timing]]) -> dict[str, Any]:
     measured = [(a[0], b[0]) for a, b in timings]
     ratios = [b / a for a, b in measured]
@@ -205,14 +235,7 @@ def run_sdk_pairs(
     clock: Clock = time.perf_counter,
 ) -> tuple[list[tuple[Timing, Timing]], list[WireRecord]]:
     """Build a plain and an instrumented client with `factory`, warm both, time `reps` pairs."""
-    records: list[WireRecord] = []
-    kept: list[WireRecord] = []
-
-    def sink(record: WireRecord) -> None:
-        records.append(record)
-        if not kept:
-            kept.append(record)
-
+    records, kept, sink = keeping_first()
     plain, timed = factory(), instrument(factory(), sink=sink)
     if not is_async:
         call = sync_call(kind, tokens)
@@ -233,16 +256,11 @@ def run_sdk_pairs(
             for c in (plain, timed):
                 await timed_async(acall, c, records, clock)
             kept.clear()
-            out = []
-            for i in range(reps):
-                if i % 2 == 0:
-                    a = await timed_async(acall, plain, records, clock)
-                    b = await timed_async(acall, timed, records, clock)
-                else:
-                    b = await timed_async(acall, timed, records, clock)
-                    a = await timed_async(acall, plain, records, clock)
-                out.append((a, b))
-            return out
+            return await async_pairs(
+                reps,
+                lambda: timed_async(acall, plain, records, clock),
+                lambda: timed_async(acall, timed, records, clock),
+            )
 
     return asyncio.run(go()), kept
 
@@ -254,13 +272,7 @@ def run_aiohttp_pairs(
     instrumented (`instrument(session)`: the middleware and the stamped reader), in ABBA pairs."""
     import aiohttp
 
-    records: list[WireRecord] = []
-    kept: list[WireRecord] = []
-
-    def sink(record: WireRecord) -> None:
-        records.append(record)
-        if not kept:
-            kept.append(record)
+    records, kept, sink = keeping_first()
 
     body = {
         "model": "m",
@@ -282,16 +294,11 @@ def run_aiohttp_pairs(
             for session in (plain, timed):
                 await timed_async(call, session, records, clock)
             kept.clear()
-            out = []
-            for i in range(reps):
-                if i % 2 == 0:
-                    a = await timed_async(call, plain, records, clock)
-                    b = await timed_async(call, timed, records, clock)
-                else:
-                    b = await timed_async(call, timed, records, clock)
-                    a = await timed_async(call, plain, records, clock)
-                out.append((a, b))
-            return out
+            return await async_pairs(
+                reps,
+                lambda: timed_async(call, plain, records, clock),
+                lambda: timed_async(call, timed, records, clock),
+            )
 
     return asyncio.run(go()), kept
 

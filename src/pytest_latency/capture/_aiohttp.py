@@ -35,14 +35,14 @@ import functools
 import importlib
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, cast
 
 from pytest_latency.attribution import CAPTURING, Sink, route
 from pytest_latency.capture import _stream
-from pytest_latency.capture._stream import Clock
+from pytest_latency.capture._stream import Clock, Headers
 from pytest_latency.untrusted import header_secrets
 from pytest_latency.wire import READ_COST, WireRecord
 
@@ -63,18 +63,13 @@ class _URL(Protocol):  # yarl.URL
     def path(self) -> str: ...
 
 
-class _Headers(Protocol):
-    def get(self, key: str, default: str) -> str: ...
-    def values(self) -> Iterable[str]: ...
-
-
 class Request(Protocol):  # aiohttp.ClientRequest
     @property
     def method(self) -> str: ...
     @property
     def url(self) -> _URL: ...
     @property
-    def headers(self) -> _Headers: ...
+    def headers(self) -> Headers: ...
     @property
     def body(self) -> object: ...
 
@@ -83,7 +78,7 @@ class Response(Protocol):  # aiohttp.ClientResponse
     @property
     def status(self) -> int: ...
     @property
-    def headers(self) -> _Headers: ...
+    def headers(self) -> Headers: ...
 
     content: object  # aiohttp.StreamReader
 

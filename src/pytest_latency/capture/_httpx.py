@@ -24,7 +24,6 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Iterable,
     Iterator,
     MutableMapping,
 )
@@ -33,7 +32,7 @@ from typing import ClassVar, Generic, Protocol, TypeVar, cast
 
 from pytest_latency.attribution import CAPTURING, Sink, route
 from pytest_latency.capture import _stream
-from pytest_latency.capture._stream import Clock
+from pytest_latency.capture._stream import Clock, Headers
 from pytest_latency.untrusted import header_secrets
 from pytest_latency.wire import WireRecord
 
@@ -57,18 +56,13 @@ class _URL(Protocol):
     def path(self) -> str: ...
 
 
-class _Headers(Protocol):
-    def get(self, key: str, default: str) -> str: ...
-    def values(self) -> Iterable[str]: ...
-
-
 class Request(Protocol):
     @property
     def method(self) -> str: ...
     @property
     def url(self) -> _URL: ...
     @property
-    def headers(self) -> _Headers: ...
+    def headers(self) -> Headers: ...
     @property
     def content(self) -> bytes: ...  # raises for a streaming body that was not read
     @property
@@ -89,7 +83,7 @@ class _Response(Protocol):
     @property
     def status_code(self) -> int: ...
     @property
-    def headers(self) -> _Headers: ...
+    def headers(self) -> Headers: ...
     @property
     def content(self) -> bytes: ...  # only once read: see _note_response
 

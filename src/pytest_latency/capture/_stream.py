@@ -44,12 +44,21 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
+from typing import Protocol
 
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
 from pytest_latency.wire import AWAY_NS, NOTE_COST, READ_COST, WAIT_NS, LoopLag, WireRecord
 
 Clock = Callable[[], int]
+
+
+class Headers(Protocol):
+    """What the bindings read of a library's headers (httpx's `Headers`, aiohttp's multidict)."""
+
+    def get(self, key: str, default: str) -> str: ...
+    def values(self) -> Iterable[str]: ...
+
 
 # The loop monitor's sleep. Saturation is flagged at 50 ms of lag, which a 10 ms tick resolves;
 # a faster tick (2 ms was tried) wakes the loop so often that it shows in the very timings it
