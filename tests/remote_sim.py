@@ -9,9 +9,11 @@ import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import httpx2
 
+from pytest_latency.metrics import CallMetrics
 from pytest_latency.sim import TruthRecord
 from pytest_latency.wire import WireRecord
 
@@ -60,3 +62,28 @@ def truth_of(record: WireRecord, truths: list[TruthRecord]) -> TruthRecord:
     assert record.t_headers_ns is not None
     (truth,) = [t for t in truths if record.t_start_ns <= t.t_received_ns <= record.t_headers_ns]
     return truth
+
+
+@dataclass(frozen=True)
+class Error:
+    """How far one call's figures are from what the simulator sent: |measured - truth|, ms."""
+
+    ttft: float
+    e2e: float
+    tpot: float
+
+
+def error_of(record: WireRecord, measured: CallMetrics, truth: TruthRecord) -> Error:
+    """The call's error against its truth, re-based on the client's own request start: ttft to
+    the first content event sent, e2e to the last, tpot over the tokens between them."""
+    content = truth.content_events
+    first_us = (content[0].t_sent_ns - record.t_start_ns) / 1000
+    last_us = (content[-1].t_sent_ns - record.t_start_ns) / 1000
+    assert measured.ttft is not None and measured.e2e is not None and measured.tpot is not None
+    assert truth.output_tokens is not None and truth.output_tokens > 1
+    truth_tpot = (last_us - first_us) / (truth.output_tokens - 1)
+    return Error(
+        ttft=abs(measured.ttft - first_us) / 1000,
+        e2e=abs(measured.e2e - last_us) / 1000,
+        tpot=abs(measured.tpot - truth_tpot) / 1000,
+    )

@@ -27,7 +27,7 @@ import langchain_openai  # noqa: F401
 import litellm
 import pytest
 from pydantic import SecretStr
-from remote_sim import paced, remote_simulator, truth_log
+from remote_sim import error_of, paced, remote_simulator, truth_log, truth_of
 
 from pytest_latency import capture
 from pytest_latency.metrics import call_metrics
@@ -334,19 +334,12 @@ def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRe
     for record in records[1:]:
         measured = call_metrics(record)
         assert measured.api == scenario.api and measured.error is None, record.error_message
-        assert record.t_headers_ns is not None
-        (truth,) = [
-            t for t in truths if record.t_start_ns <= t.t_received_ns <= record.t_headers_ns
-        ]
+        truth = truth_of(record, truths)
         assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
         assert measured.input_tokens == truth.input_tokens
-        content = truth.content_events
-        first_us = (content[0].t_sent_ns - record.t_start_ns) / 1000
-        last_us = (content[-1].t_sent_ns - record.t_start_ns) / 1000
-        assert measured.ttft is not None and measured.tpot is not None
-        run.ttft_errors.append(abs(measured.ttft - first_us) / 1000)
-        truth_tpot = (last_us - first_us) / (OUTPUT_TOKENS - 1)
-        run.tpot_errors.append(abs(measured.tpot - truth_tpot) / 1000)
+        error = error_of(record, measured, truth)
+        run.ttft_errors.append(error.ttft)
+        run.tpot_errors.append(error.tpot)
     return run
 
 

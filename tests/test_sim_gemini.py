@@ -16,7 +16,7 @@ import httpx2
 import pytest
 from google import genai
 from google.genai import errors, types
-from remote_sim import paced, remote_simulator, truth_log, truth_of
+from remote_sim import error_of, paced, remote_simulator, truth_log, truth_of
 
 from pytest_latency import capture
 from pytest_latency.metrics import TEXT, call_metrics
@@ -324,15 +324,10 @@ def test_google_genai_measures_what_the_simulator_sent(remote: str, path: str) -
         assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
         assert measured.input_tokens == truth.input_tokens
         assert measured.content_events == len(truth.content_events) == OUTPUT_TOKENS
-        content = truth.content_events
-        first_us = (content[0].t_sent_ns - record.t_start_ns) / 1000
-        last_us = (content[-1].t_sent_ns - record.t_start_ns) / 1000
-        assert measured.ttft is not None and measured.e2e is not None
-        assert measured.tpot is not None
-        ttft_errors.append(abs(measured.ttft - first_us) / 1000)
-        e2e_errors.append(abs(measured.e2e - last_us) / 1000)
-        truth_tpot = (last_us - first_us) / (OUTPUT_TOKENS - 1)
-        tpot_errors.append(abs(measured.tpot - truth_tpot) / 1000)
+        error = error_of(record, measured, truth)
+        ttft_errors.append(error.ttft)
+        e2e_errors.append(error.e2e)
+        tpot_errors.append(error.tpot)
     print(
         f"{path}: |error| ttft p50 {statistics.median(ttft_errors):.3f} max "
         f"{max(ttft_errors):.3f}, e2e p50 {statistics.median(e2e_errors):.3f}, tpot p50 "
