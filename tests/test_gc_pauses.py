@@ -19,6 +19,9 @@ from remote_sim import paced, remote_simulator
 
 from pytest_latency import gc_pauses
 
+# pytest-asyncio warns in an inner run whose ini leaves its loop scope unset.
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
 pytest_plugins = ["pytester"]
 
 INNER = """
@@ -97,7 +100,7 @@ def test_body(latency):
 def test_the_first_test_body_starts_with_the_heap_frozen_unless_told_to_keep_it(
     pytester: pytest.Pytester, option: tuple[str, ...], frozen: bool
 ) -> None:
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeini(INI)
     pytester.makepyfile(test_inner=FREEZE)
     assert gc.get_freeze_count() == 0  # an earlier inline run thawed what it froze
     result = pytester.runpytest(*option)
@@ -110,6 +113,7 @@ def test_the_first_test_body_starts_with_the_heap_frozen_unless_told_to_keep_it(
 
 def test_a_session_leaves_what_was_frozen_before_it_frozen(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_inner=FREEZE)
+    pytester.makeini(INI)
     gc.freeze()
     try:
         before = gc.get_freeze_count()
@@ -120,7 +124,7 @@ def test_a_session_leaves_what_was_frozen_before_it_frozen(pytester: pytest.Pyte
 
 
 def test_a_bad_gc_policy_in_the_ini_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nlatency_gc = off\n")
+    pytester.makeini(f"{INI}latency_gc = off\n")
     pytester.makepyfile(test_inner=FREEZE)
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR

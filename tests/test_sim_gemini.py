@@ -24,6 +24,9 @@ from pytest_latency.plugin._fixtures import gemini_client_for
 from pytest_latency.sim import LatencyModel, SimServer, TruthRecord
 from pytest_latency.wire import WireRecord
 
+# pytest-asyncio warns in an inner run whose ini leaves its loop scope unset.
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
 pytest_plugins = ["pytester"]
 # google-genai (3.6) subclasses aiohttp's ClientSession for its sessions, which aiohttp warns of.
 pytestmark = pytest.mark.filterwarnings(
@@ -406,7 +409,7 @@ async def test_async(async_gemini_client, latency):
 
 
 def test_the_gemini_client_fixtures_are_measured_and_judged(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeini(INI)
     pytester.makeconftest(
         """
         import pytest
@@ -444,6 +447,7 @@ def test_the_gemini_client_without_a_key_is_one_clear_error(
 ) -> None:
     for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    pytester.makeini(INI)
     pytester.makepyfile(test_inner_nokey="def test_it(gemini_client):\n    raise AssertionError\n")
     result = pytester.runpytest("-p", "no:randomly")
     result.assert_outcomes(errors=1)
@@ -461,6 +465,7 @@ def test_the_gemini_client_follows_its_base_url_option(
 ) -> None:
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     monkeypatch.setenv("GEMINI_API_KEY", "from-the-environment")
+    pytester.makeini(INI)
     pytester.makepyfile(
         test_inner_url="""
         def test_it(gemini_client, latency):
