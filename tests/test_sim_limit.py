@@ -225,6 +225,31 @@ def test_over_the_line_is_the_providers_429_with_retry_after(sim: SimServer) -> 
     assert [r.status for r in sim.truth() if r.rejected] == [429]
 
 
+def test_a_client_that_gives_up_waiting_frees_its_place(sim: SimServer) -> None:
+    """A waits 200 ms in the one slot; B gives up after 50 ms in line; C queues behind B. When A
+    ends, B's client is gone: B is recorded as 499 and C gets the slot at once, not after B."""
+    sim.set_model(SLOW.replace(decode_ms_per_token=20.0, max_concurrency=1, max_queue=5))
+    body = {"model": "g", "messages": USER, "stream": True}
+
+    async def scenario() -> None:
+        async with httpx2.AsyncClient(base_url=sim.openai_base_url, timeout=5) as client:
+            first = asyncio.create_task(client.post("/chat/completions", json=body))
+            await asyncio.sleep(0.02)
+            with pytest.raises(httpx2.ReadTimeout):
+                await client.post("/chat/completions", json=body, timeout=0.05)
+            await client.post("/chat/completions", json=body)
+            await first
+
+    asyncio.run(scenario())
+    a, b, c = sorted(sim.truth(), key=lambda r: r.t_received_ns)
+    assert (a.status, b.status, c.status) == (200, 499, 200)
+    assert b.queue_ns > 0 and not b.events and not b.rejected
+    assert a.t_done_ns is not None and c.t_done_ns is not None
+    # C's slot came when A's ended (within 20 ms), B's never held it.
+    assert abs(c.t_received_ns + c.queue_ns - a.t_done_ns) < 20e6
+    assert _most_served([a, c]) == 1
+
+
 def test_the_sdks_retry_a_full_line_after_retry_after(sim: SimServer) -> None:
     sim.set_model(SLOW.replace(max_concurrency=2, max_queue=0, retry_after_ms=30.0))
     answers = asyncio.run(_openai_fan_out(sim, 6, max_retries=8))

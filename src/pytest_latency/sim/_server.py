@@ -345,6 +345,11 @@ class _App:
             self.engine.active += 1
             try:
                 return await self._handle(ex, wire)
+            except ConnectionError:
+                # The client went away before its answer began (it timed out waiting for a slot
+                # or for the headers): nothing can be sent; truth keeps what happened.
+                ex.status, ex.t_done = 499, time.perf_counter_ns()
+                return web.StreamResponse()
             finally:
                 self.engine.active -= 1
                 ex.record()
@@ -389,6 +394,13 @@ class _App:
                 return await self._reject(ex, wire, model)
             # Its schedule starts in the slot: the wait is added to every time it reports.
             ex.start = time.perf_counter_ns()
+            transport = ex.request.transport
+            if transport is None or transport.is_closing():
+                # Its client gave up waiting: the slot goes to the next in line at once, as a
+                # server that aborts a disconnected request frees its batch place.
+                admission.leave()
+                ex.status, ex.t_done = 499, ex.start
+                return web.StreamResponse()
         try:
             return await self._serve(ex, wire, model, req, body, fault, fp, nth)
         finally:
