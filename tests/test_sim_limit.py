@@ -58,13 +58,13 @@ def sim(server: SimServer) -> SimServer:
 
 
 def _most_served(records: list[TruthRecord]) -> int:
-    """The most requests the truth log shows being served at once: each from its slot's start
-    (received + queue wait) to its last write."""
+    """The most requests the truth log shows being served at once: each from when it got its
+    slot to its last write (it gives the slot back after that)."""
     edges = []
     for r in records:
-        if r.rejected or r.t_done_ns is None:
+        if r.t_slot_ns is None or r.t_done_ns is None:
             continue
-        edges += [(r.t_received_ns + r.queue_ns, 1), (r.t_done_ns, -1)]
+        edges += [(r.t_slot_ns, 1), (r.t_done_ns, -1)]
     # At a tie the end comes first: a slot given back is taken by the next in the same instant.
     edges.sort(key=lambda e: (e[0], e[1]))
     return max(itertools.accumulate(d for _, d in edges), default=0)
@@ -179,13 +179,15 @@ def test_limit_holds_and_the_wait_for_a_slot_is_inside_ttft(sim: SimServer) -> N
     records = sim.truth()
     assert len(records) == 12 and not any(r.rejected for r in records)
     assert _most_served(records) == 3
-    served = sorted(records, key=lambda r: r.t_received_ns + r.queue_ns)
-    # The first three got a slot at once; the other nine waited about one, two, three services.
+    served = sorted(records, key=lambda r: r.t_slot_ns or 0)
+    # The first three got a slot at once; each of the other nine waited for one to free: its
+    # slot began right after another request's last write (the slot is handed on at once).
     assert [r.queue_ns for r in served[:3]] == [0, 0, 0]
-    service_ns = min(r.t_done_ns - r.t_received_ns for r in served[:3] if r.t_done_ns)
-    for i, r in enumerate(served[3:]):
-        rounds = i // 3 + 1
-        assert r.queue_ns >= rounds * service_ns * 0.9, (i, r.queue_ns, service_ns)
+    ends = sorted(r.t_done_ns for r in records if r.t_done_ns is not None)
+    for r in served[3:]:
+        assert r.queue_ns > 0 and r.t_slot_ns == r.t_received_ns + r.queue_ns
+        freed = max(t for t in ends if t <= r.t_slot_ns)
+        assert r.t_slot_ns - freed < 10e6, (r.t_slot_ns - freed, r.queue_ns)
         # The schedule starts in the slot: ttft = the wait + what an unqueued request takes.
         assert r.ttft_ns is not None
         unqueued = r.ttft_ns - r.queue_ns
@@ -235,8 +237,12 @@ def test_a_client_that_gives_up_waiting_frees_its_place(sim: SimServer) -> None:
         async with httpx2.AsyncClient(base_url=sim.openai_base_url, timeout=5) as client:
             first = asyncio.create_task(client.post("/chat/completions", json=body))
             await asyncio.sleep(0.02)
+            second = asyncio.create_task(client.post("/chat/completions", json=body, timeout=0.05))
+            await asyncio.sleep(0.02)
+            health = (await client.get(sim.base_url + "/health")).json()
+            assert (health["serving"], health["waiting"]) == (1, 1)
             with pytest.raises(httpx2.ReadTimeout):
-                await client.post("/chat/completions", json=body, timeout=0.05)
+                await second
             await client.post("/chat/completions", json=body)
             await first
 
@@ -250,10 +256,23 @@ def test_a_client_that_gives_up_waiting_frees_its_place(sim: SimServer) -> None:
     assert _most_served([a, c]) == 1
 
 
-def test_the_sdks_retry_a_full_line_after_retry_after(sim: SimServer) -> None:
+async def _anthropic_fan_out(sim: SimServer, n: int, *, max_retries: int) -> list[Any]:
+    client = anthropic.AsyncAnthropic(
+        base_url=sim.anthropic_base_url, api_key="s", max_retries=max_retries
+    )
+    async with client:
+        replies = [
+            client.messages.create(model="c", max_tokens=16, messages=USER) for _ in range(n)
+        ]
+        return await asyncio.gather(*replies, return_exceptions=True)
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_the_sdks_retry_a_full_line_after_retry_after(sim: SimServer, sdk: str) -> None:
     sim.set_model(SLOW.replace(max_concurrency=2, max_queue=0, retry_after_ms=30.0))
-    answers = asyncio.run(_openai_fan_out(sim, 6, max_retries=8))
-    assert all(isinstance(a, str) and a for a in answers), answers
+    fan_out = _openai_fan_out if sdk == "openai" else _anthropic_fan_out
+    answers = asyncio.run(fan_out(sim, 6, max_retries=8))
+    assert not any(isinstance(a, BaseException) for a in answers), answers
     records = sim.truth()
     rejected = [r for r in records if r.rejected]
     assert rejected and all(r.status == 429 for r in rejected)
@@ -311,7 +330,7 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
     its own process, at C = 1, 4 and 16 closed-loop clients and 4 slots: 14 ms, then 23 ms (the
     first event's decode slowed by 0.25 × 3 other streams), then 155 ms (12 waiting for three
     services). The server's own ttft p50 is the prediction within 5 % + 1 ms; the client's p50
-    within 10 % + 4 ms and its p95 within 10 % + 10 ms above it (delivery on a busy machine only
+    within 10 % + 4 ms and its p95 within 25 % + 15 ms above it (delivery on a busy machine only
     adds: below, it may fall short by 5 % + 1 ms). Without the slowdown C = 4 would measure 14 ms,
     without the wait in ttft C = 16 would measure 23: each far outside."""
     flags = [
@@ -337,7 +356,7 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
             figures = (clients, predicted, server_p50, p50, p95)
             assert abs(server_p50 - predicted) <= predicted * 0.05 + 1, figures
             assert floor <= p50 <= predicted * 1.1 + 4, figures
-            assert floor <= p95 <= predicted * 1.1 + 10, figures
+            assert floor <= p95 <= predicted * 1.25 + 15, figures
 
 
 def _ttft_ms(record: WireRecord) -> float:

@@ -159,6 +159,7 @@ class _Exchange:
         self.t0 = time.perf_counter_ns()
         # The schedule's origin: when the request got a slot (t0 until it waits for one).
         self.start = self.t0
+        self.t_slot: int | None = None  # when it got a slot (None: it never did)
         self.rejected = False
         self.rid = engine.next_id()
         self.stream = False
@@ -203,6 +204,7 @@ class _Exchange:
                 prefill_ns=self.prefill_ns,
                 queue_ns=self.start - self.t0,
                 rejected=self.rejected,
+                t_slot_ns=self.t_slot,
             )
         )
 
@@ -275,7 +277,15 @@ class _App:
 
     # --- control ------------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "active": self.engine.active})
+        admission = self.engine.admission
+        return web.json_response(
+            {
+                "status": "ok",
+                "active": self.engine.active,
+                "serving": admission.serving,
+                "waiting": admission.waiting,
+            }
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         """The model list in the asking SDK's shape: Anthropic's (its SDK sends
@@ -389,11 +399,13 @@ class _App:
             return await ex.send_json(status, wire.error_body(status, message_for(status)), extra)
 
         admission = self.engine.admission
-        if not admission.try_enter(model.max_concurrency):
+        if admission.try_enter(model.max_concurrency):
+            ex.t_slot = time.perf_counter_ns()
+        else:
             if not await admission.wait(model.max_queue, model.max_concurrency):
                 return await self._reject(ex, wire, model)
             # Its schedule starts in the slot: the wait is added to every time it reports.
-            ex.start = time.perf_counter_ns()
+            ex.start = ex.t_slot = time.perf_counter_ns()
             transport = ex.request.transport
             if transport is None or transport.is_closing():
                 # Its client gave up waiting: the slot goes to the next in line at once, as a
