@@ -61,7 +61,14 @@ class LatencyModel:
     tail_prob: float = _f(0.0, "probability", "chance a request gets tail_ms before first token")
     tail_ms: float = _f(0.0, "ms", "extra delay before the first token of a tail request")
     concurrency_slowdown: float = _f(
-        0.0, "factor", "decode time × (1 + k × (active streams − 1)), k = this"
+        0.0, "factor", "decode time × (1 + k × (streams served − 1)), k = this"
+    )
+    # --- capacity -----------------------------------------------------------------------------
+    max_concurrency: int = _f(
+        0, "streams", "requests served at once; more wait in the queue (0: no limit)"
+    )
+    max_queue: int = _f(
+        0, "requests", "requests waiting for a slot; one more gets a 429 with retry-after"
     )
     seed: int = _f(0, "int", "seed of text, jitter, tails and random faults")
     # --- output length ------------------------------------------------------------------------
@@ -94,13 +101,19 @@ class LatencyModel:
     fault_stall_prob: float = _f(0.0, "probability", "chance of a stall mid-stream")
     fault_at: float = _f(0.5, "fraction", "where in the stream mid-stream faults happen")
     retry_after_ms: float = _f(
-        20.0, "ms", "retry-after(-ms) sent with 429/529 (the SDKs honour it)"
+        20.0, "ms", "retry-after(-ms) sent with 429/529, the limit's too (the SDKs honour it)"
     )
     stall_ms: float = _f(200.0, "ms", "length of a stall")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_field(f.name, getattr(self, f.name))
+        if self.max_queue and not self.max_concurrency:
+            # A queue forms only behind a limit: said rather than silently ignored.
+            raise SimSettingsError(
+                f"max_queue={self.max_queue} needs max_concurrency > 0 (the queue waits for "
+                "its slots)"
+            )
 
     @classmethod
     def preset(cls, name: str) -> LatencyModel:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ._model import LatencyModel
 
-__all__ = ["CHANNELS", "Piece", "Plan", "build_plan"]
+__all__ = ["CHANNELS", "Piece", "Plan", "build_plan", "decode_ns_per_token", "prefill_ns"]
 
 # Output channels, in the vocabulary of the ground-truth log. "hidden" tokens (OpenAI Responses
 # reasoning) cost decode time but are never streamed.
@@ -52,6 +52,20 @@ class Plan:
         return sum(p.tokens for p in self.pieces if p.channel == channel)
 
 
+def prefill_ns(model: LatencyModel, uncached_tokens: int) -> float:
+    """The modelled prefill of `uncached_tokens` (before jitter), in ns."""
+    n = uncached_tokens
+    return (model.prefill_us_per_token * n + model.prefill_us_per_token_sq * n * n) * 1e3
+
+
+def decode_ns_per_token(model: LatencyModel, streams: int) -> float:
+    """The modelled decode time of one output token (before jitter) while `streams` requests,
+    this one included, are being served, in ns."""
+    return (
+        model.decode_ms_per_token * 1e6 * (1.0 + model.concurrency_slowdown * max(0, streams - 1))
+    )
+
+
 def build_plan(
     model: LatencyModel,
     rng: random.Random,
@@ -78,13 +92,8 @@ def build_plan(
     headers = model.ttfb_ms * 1e6 * j()
     # Draw unconditionally so the jitter sequence does not depend on tail_prob.
     tail = rng.random() < model.tail_prob
-    n = uncached_tokens
-    prefill = (model.prefill_us_per_token * n + model.prefill_us_per_token_sq * n * n) * 1e3 * j()
-    per_token = (
-        model.decode_ms_per_token
-        * 1e6
-        * (1.0 + model.concurrency_slowdown * max(0, active_streams - 1))
-    )
+    prefill = prefill_ns(model, uncached_tokens) * j()
+    per_token = decode_ns_per_token(model, active_streams)
     t = headers + (model.tail_ms * 1e6 if tail else 0.0) + prefill
     pieces: list[Piece] = []
     hidden = 0

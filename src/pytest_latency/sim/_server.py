@@ -25,6 +25,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from . import _apis
+from ._admission import Admission
 from ._cache import PrefixCache
 from ._clock import SendClock
 from ._faults import HTTP_FAULTS, choose_fault, fault_piece, message_for, retry_headers
@@ -70,6 +71,8 @@ class _Engine:
         self.clock = SendClock()
         self.truth = TruthLog()
         self.active = 0
+        # The concurrency limit's slots and line (loop thread only).
+        self.admission = Admission()
         # Requests received but not yet in the truth log. A client can finish reading a response
         # before the server thread has appended its record; readers wait for this to reach 0.
         self.pending = 0
@@ -154,6 +157,10 @@ class _Exchange:
         self.api = api
         self.request = request
         self.t0 = time.perf_counter_ns()
+        # The schedule's origin: when the request got a slot (t0 until it waits for one).
+        self.start = self.t0
+        self.t_slot: int | None = None  # when it got a slot (None: it never did)
+        self.rejected = False
         self.rid = engine.next_id()
         self.stream = False
         self.model_name = ""
@@ -195,6 +202,9 @@ class _Exchange:
                 t_done_ns=self.t_done,
                 tail=self.tail,
                 prefill_ns=self.prefill_ns,
+                queue_ns=self.start - self.t0,
+                rejected=self.rejected,
+                t_slot_ns=self.t_slot,
             )
         )
 
@@ -267,7 +277,15 @@ class _App:
 
     # --- control ------------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "active": self.engine.active})
+        admission = self.engine.admission
+        return web.json_response(
+            {
+                "status": "ok",
+                "active": self.engine.active,
+                "serving": admission.serving,
+                "waiting": admission.waiting,
+            }
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         """The model list in the asking SDK's shape: Anthropic's (its SDK sends
@@ -337,6 +355,11 @@ class _App:
             self.engine.active += 1
             try:
                 return await self._handle(ex, wire)
+            except ConnectionError:
+                # The client went away before its answer began (it timed out waiting for a slot
+                # or for the headers): nothing can be sent; truth keeps what happened.
+                ex.status, ex.t_done = 499, time.perf_counter_ns()
+                return web.StreamResponse()
             finally:
                 self.engine.active -= 1
                 ex.record()
@@ -375,6 +398,51 @@ class _App:
             extra = retry_headers(model) if status in (429, 529) else None
             return await ex.send_json(status, wire.error_body(status, message_for(status)), extra)
 
+        admission = self.engine.admission
+        if admission.try_enter(model.max_concurrency):
+            ex.t_slot = time.perf_counter_ns()
+        else:
+            if not await admission.wait(model.max_queue, model.max_concurrency):
+                return await self._reject(ex, wire, model)
+            # Its schedule starts in the slot: the wait is added to every time it reports.
+            ex.start = ex.t_slot = time.perf_counter_ns()
+            transport = ex.request.transport
+            if transport is None or transport.is_closing():
+                # Its client gave up waiting: the slot goes to the next in line at once, as a
+                # server that aborts a disconnected request frees its batch place.
+                admission.leave()
+                ex.status, ex.t_done = 499, ex.start
+                return web.StreamResponse()
+        try:
+            return await self._serve(ex, wire, model, req, body, fault, fp, nth)
+        finally:
+            admission.leave()
+
+    async def _reject(
+        self, ex: _Exchange, wire: WireFormat, model: LatencyModel
+    ) -> web.StreamResponse:
+        """Every slot taken and the line full: a 429 with retry-after, as a provider's rate
+        limiter answers, after `ttfb_ms` like the other HTTP errors."""
+        ex.rejected = True
+        await ex.sleep_until(ex.t0 + round(model.ttfb_ms * 1e6))
+        message = (
+            f"Too many concurrent requests (simulated): {model.max_concurrency} being served "
+            f"and {model.max_queue} waiting."
+        )
+        return await ex.send_json(429, wire.error_body(429, message), retry_headers(model))
+
+    async def _serve(
+        self,
+        ex: _Exchange,
+        wire: WireFormat,
+        model: LatencyModel,
+        req: SimRequest,
+        body: Any,
+        fault: str | None,
+        fp: int,
+        nth: int,
+    ) -> web.StreamResponse:
+        """The answer, in a slot: cache, plan (from when the slot was granted), timed writes."""
         total = max(1, count_tokens(req.prompt_text))
         cacheable = min(total, req.cacheable_chars // 4)
         blocks = block_hashes(req.prompt_text, model.cache_block_tokens, cacheable)
@@ -398,7 +466,7 @@ class _App:
             random.Random(f"{model.seed}:{fp}:{nth}:time"),
             uncached_tokens=total - hit.read_tokens,
             channels=channels,
-            active_streams=self.engine.active,
+            active_streams=self.engine.admission.serving,
             stall_before=at if fault == "stall" else None,
         )
         ex.tail, ex.prefill_ns = plan.tail, plan.prefill_ns
@@ -428,7 +496,7 @@ class _App:
         finish: str,
         fault: str | None,
     ) -> web.StreamResponse:
-        due = ex.t0 + plan.end_ns
+        due = ex.start + plan.end_ns
         await ex.sleep_until(due)
         if fault == "drop":
             return self._abort(ex)
@@ -459,7 +527,7 @@ class _App:
         fault: str | None,
         at: int,
     ) -> web.StreamResponse:
-        await ex.sleep_until(ex.t0 + plan.headers_ns)
+        await ex.sleep_until(ex.start + plan.headers_ns)
         resp = web.StreamResponse(
             status=200,
             headers={
@@ -474,7 +542,7 @@ class _App:
         writer = ex.request.writer
         try:
             for seq, out in enumerate(outs):
-                due = ex.t0 + out.due_ns
+                due = ex.start + out.due_ns
                 if out.carries(at) and fault in ("sse_error", "drop"):
                     await ex.sleep_until(due)
                     if fault == "drop":

@@ -56,6 +56,12 @@ class TruthRecord:
     # with no usage reported (as the counts above), and in records written before them.
     cache_write_1h_tokens: int | None = None
     service_tier: str | None = None
+    # The concurrency limit (max_concurrency, max_queue): how long the request waited for a slot
+    # (inside ttfb and ttft, which run from its receipt), whether it was turned away (429), and
+    # when it got its slot, which it held until t_done_ns (None: it never had one).
+    queue_ns: int = 0
+    rejected: bool = False
+    t_slot_ns: int | None = None
 
     @property
     def content_events(self) -> tuple[TruthEvent, ...]:

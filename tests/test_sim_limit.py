@@ -1,0 +1,503 @@
+"""The simulator's concurrency limit (`max_concurrency`, `max_queue`) and what the model predicts
+under load (`expected_under_load`), checked against the server's truth log and through the real
+SDKs: the limit holds, the wait for a slot is inside ttft, a request over the line gets the
+provider's 429 with retry-after, the SDKs retry it, and the plugin counts `retries` and
+`error_rate` as the server saw them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+from unittest.mock import ANY
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from remote_sim import remote_simulator, truth_log
+
+from pytest_latency import capture, stats
+from pytest_latency.metrics import call_metrics
+from pytest_latency.sim import (
+    LatencyModel,
+    SimServer,
+    SimSettingsError,
+    TruthRecord,
+    add_sim_arguments,
+    expected_under_load,
+    model_from_args,
+)
+from pytest_latency.sim._admission import Admission
+from pytest_latency.wire import WireRecord
+
+pytest_plugins = ["pytester"]
+
+USER: Any = [{"role": "user", "content": "Say something short."}]
+# 10 tokens 4 ms apart: a request holds its slot ~42 ms, long enough that requests sent together
+# all arrive while the first ones are still being served, even on a busy machine.
+SLOW = LatencyModel(
+    ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=4.0, output_tokens=10, seed=3
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[SimServer]:
+    with SimServer(SLOW) as s:
+        yield s
+
+
+@pytest.fixture
+def sim(server: SimServer) -> SimServer:
+    server.set_model(SLOW)
+    server.clear_truth()
+    return server
+
+
+def _most_served(records: list[TruthRecord]) -> int:
+    """The most requests the truth log shows being served at once: each from when it got its
+    slot to its last write (it gives the slot back after that)."""
+    edges = []
+    for r in records:
+        if r.t_slot_ns is None or r.t_done_ns is None:
+            continue
+        edges += [(r.t_slot_ns, 1), (r.t_done_ns, -1)]
+    # At a tie the end comes first: a slot given back is taken by the next in the same instant.
+    edges.sort(key=lambda e: (e[0], e[1]))
+    return max(itertools.accumulate(d for _, d in edges), default=0)
+
+
+async def _openai_fan_out(sim: SimServer, n: int, *, max_retries: int = 0) -> list[Any]:
+    client = openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="s", max_retries=max_retries)
+
+    async def one() -> str:
+        stream = await client.chat.completions.create(model="g", messages=USER, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    try:
+        return await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
+    finally:
+        await client.close()
+
+
+# --- the model's fields -------------------------------------------------------------------------
+
+
+def test_limit_fields_are_validated_and_are_cli_flags() -> None:
+    with pytest.raises(SimSettingsError, match="max_queue=4 needs max_concurrency > 0"):
+        LatencyModel(max_queue=4)
+    with pytest.raises(SimSettingsError, match="max_concurrency must be >= 0, got -1"):
+        LatencyModel(max_concurrency=-1)
+    with pytest.raises(SimSettingsError, match="max_queue must be an int"):
+        LatencyModel(max_concurrency=2, max_queue=1.5)  # type: ignore[arg-type]
+    parser = argparse.ArgumentParser()
+    add_sim_arguments(parser)
+    model = model_from_args(parser.parse_args(["--max-concurrency=4", "--max-queue=8"]))
+    assert (model.max_concurrency, model.max_queue) == (4, 8)
+    needs = r"max_queue=8 needs max_concurrency > 0 .*\(command line\)"
+    with pytest.raises(SimSettingsError, match=needs):
+        model_from_args(parser.parse_args(["--max-queue=8"]))
+
+
+def test_expected_under_load_follows_the_schedule_and_littles_law() -> None:
+    model = LatencyModel(
+        ttfb_ms=2.0,
+        prefill_us_per_token=100.0,
+        decode_ms_per_token=3.0,
+        tokens_per_chunk=4,
+        concurrency_slowdown=0.25,
+        output_tokens=8,
+        tail_prob=0.1,
+        tail_ms=50.0,
+        max_concurrency=4,
+        max_queue=8,
+    )
+    one = expected_under_load(model, 1, prompt_tokens=10)
+    # 2 headers + 0.1 × 50 tail + 1 prefill + 4 tokens × 3 ms.
+    assert one.ttft_ms == pytest.approx(2 + 5 + 1 + 12)
+    assert one.e2e_ms == pytest.approx(8 + 8 * 3) and one.queue_ms == 0
+    four = expected_under_load(model, 4, prompt_tokens=10)
+    assert four.served == 4 and four.queued == 0
+    assert four.ttft_ms == pytest.approx(8 + 12 * 1.75)  # decode × (1 + 0.25 × 3)
+    twelve = expected_under_load(model, 12, prompt_tokens=10)
+    # 8 wait behind 4 slots: two service times each.
+    assert (twelve.served, twelve.queued, twelve.rejected) == (4, 8, 0)
+    assert twelve.queue_ms == pytest.approx(2 * four.service_ms)
+    assert twelve.ttft_ms == pytest.approx(twelve.queue_ms + four.ttft_ms)
+    twenty = expected_under_load(model, 20, prompt_tokens=10)
+    assert (twenty.queued, twenty.rejected) == (8, 8) and twenty.queue_ms == twelve.queue_ms
+    unlimited = expected_under_load(
+        model.replace(max_concurrency=0, max_queue=0), 12, prompt_tokens=10
+    )
+    assert unlimited.served == 12 and unlimited.queue_ms == 0
+    with pytest.raises(SimSettingsError, match="concurrency must be >= 1, got 0"):
+        expected_under_load(model, 0, prompt_tokens=10)
+
+
+# --- admission, alone ---------------------------------------------------------------------------
+
+
+def test_admission_is_first_come_first_served_and_bounded() -> None:
+    async def scenario() -> None:
+        gate = Admission()
+        assert gate.try_enter(2) and gate.try_enter(2) and not gate.try_enter(2)
+        order: list[int] = []
+
+        async def queued(i: int) -> None:
+            assert await gate.wait(2, 2)
+            order.append(i)
+
+        first, second = asyncio.create_task(queued(1)), asyncio.create_task(queued(2))
+        await asyncio.sleep(0)
+        assert gate.waiting == 2 and not await gate.wait(2, 2)  # the line is full: refused
+        assert not gate.try_enter(2)  # nobody jumps the line while it is not empty
+        gate.leave()
+        await first
+        assert order == [1] and gate.serving == 2 and gate.waiting == 1
+        # A waiter that gives up leaves the line; the slot goes to nobody else.
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert gate.waiting == 0
+        gate.leave()
+        assert gate.serving == 1 and gate.try_enter(2)
+        assert Admission().try_enter(0)  # 0: no limit
+
+    asyncio.run(scenario())
+
+
+# --- the limit, through the SDKs ----------------------------------------------------------------
+
+
+def test_limit_holds_and_the_wait_for_a_slot_is_inside_ttft(sim: SimServer) -> None:
+    sim.set_model(SLOW.replace(max_concurrency=3, max_queue=20))
+    answers = asyncio.run(_openai_fan_out(sim, 12))
+    assert all(isinstance(a, str) and a for a in answers), answers
+    records = sim.truth()
+    assert len(records) == 12 and not any(r.rejected for r in records)
+    assert _most_served(records) == 3
+    served = sorted(records, key=lambda r: r.t_slot_ns or 0)
+    # The first three got a slot at once; each of the other nine waited for one to free: its
+    # slot began right after another request's last write (the slot is handed on at once).
+    assert [r.queue_ns for r in served[:3]] == [0, 0, 0]
+    ends = sorted(r.t_done_ns for r in records if r.t_done_ns is not None)
+    for r in served[3:]:
+        assert r.queue_ns > 0 and r.t_slot_ns == r.t_received_ns + r.queue_ns
+        freed = max(t for t in ends if t <= r.t_slot_ns)
+        assert r.t_slot_ns - freed < 10e6, (r.t_slot_ns - freed, r.queue_ns)
+        # The schedule starts in the slot: ttft = the wait + what an unqueued request takes.
+        assert r.ttft_ns is not None
+        unqueued = r.ttft_ns - r.queue_ns
+        assert 4e6 <= unqueued < 4e6 + 20e6, unqueued  # 1 ms headers + 4 ms, late by < 20 ms
+
+
+def test_over_the_line_is_the_providers_429_with_retry_after(sim: SimServer) -> None:
+    sim.set_model(SLOW.replace(max_concurrency=1, max_queue=1, retry_after_ms=250.0))
+    answers = asyncio.run(_openai_fan_out(sim, 3))
+    errors = [a for a in answers if isinstance(a, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], openai.RateLimitError), answers
+    error = errors[0]
+    assert error.response.headers["retry-after-ms"] == "250"
+    assert error.response.headers["retry-after"] == "1"
+    assert isinstance(error.body, dict) and error.body["code"] == "rate_limit_exceeded"
+    (rejected,) = [r for r in sim.truth() if r.rejected]
+    assert rejected.status == 429 and rejected.api == "openai.chat" and not rejected.events
+
+    sim.clear_truth()
+
+    async def anthropic_fan_out() -> list[Any]:
+        client = anthropic.AsyncAnthropic(
+            base_url=sim.anthropic_base_url, api_key="s", max_retries=0
+        )
+        async with client:
+            return await asyncio.gather(
+                *(client.messages.create(model="c", max_tokens=16, messages=USER) for _ in "abc"),
+                return_exceptions=True,
+            )
+
+    answers = asyncio.run(anthropic_fan_out())
+    errors = [a for a in answers if isinstance(a, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], anthropic.RateLimitError), answers
+    body: Any = errors[0].body
+    assert body == {"type": "error", "error": {"type": "rate_limit_error", "message": ANY}}
+    assert "1 being served and 1 waiting" in body["error"]["message"]
+    assert [r.status for r in sim.truth() if r.rejected] == [429]
+
+
+def test_a_client_that_gives_up_waiting_frees_its_place(sim: SimServer) -> None:
+    """A waits 200 ms in the one slot; B gives up after 50 ms in line; C queues behind B. When A
+    ends, B's client is gone: B is recorded as 499 and C gets the slot at once, not after B."""
+    sim.set_model(SLOW.replace(decode_ms_per_token=20.0, max_concurrency=1, max_queue=5))
+    body = {"model": "g", "messages": USER, "stream": True}
+
+    async def scenario() -> None:
+        async with httpx2.AsyncClient(base_url=sim.openai_base_url, timeout=5) as client:
+            first = asyncio.create_task(client.post("/chat/completions", json=body))
+            await asyncio.sleep(0.02)
+            second = asyncio.create_task(client.post("/chat/completions", json=body, timeout=0.05))
+            await asyncio.sleep(0.02)
+            health = (await client.get(sim.base_url + "/health")).json()
+            assert (health["serving"], health["waiting"]) == (1, 1)
+            with pytest.raises(httpx2.ReadTimeout):
+                await second
+            await client.post("/chat/completions", json=body)
+            await first
+
+    asyncio.run(scenario())
+    a, b, c = sorted(sim.truth(), key=lambda r: r.t_received_ns)
+    assert (a.status, b.status, c.status) == (200, 499, 200)
+    assert b.queue_ns > 0 and not b.events and not b.rejected
+    assert a.t_done_ns is not None and c.t_done_ns is not None
+    # C's slot came when A's ended (within 20 ms), B's never held it.
+    assert abs(c.t_received_ns + c.queue_ns - a.t_done_ns) < 20e6
+    assert _most_served([a, c]) == 1
+
+
+async def _anthropic_fan_out(sim: SimServer, n: int, *, max_retries: int) -> list[Any]:
+    client = anthropic.AsyncAnthropic(
+        base_url=sim.anthropic_base_url, api_key="s", max_retries=max_retries
+    )
+    async with client:
+        replies = [
+            client.messages.create(model="c", max_tokens=16, messages=USER) for _ in range(n)
+        ]
+        return await asyncio.gather(*replies, return_exceptions=True)
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_the_sdks_retry_a_full_line_after_retry_after(sim: SimServer, sdk: str) -> None:
+    sim.set_model(SLOW.replace(max_concurrency=2, max_queue=0, retry_after_ms=30.0))
+    fan_out = _openai_fan_out if sdk == "openai" else _anthropic_fan_out
+    answers = asyncio.run(fan_out(sim, 6, max_retries=8))
+    assert not any(isinstance(a, BaseException) for a in answers), answers
+    records = sim.truth()
+    rejected = [r for r in records if r.rejected]
+    assert rejected and all(r.status == 429 for r in rejected)
+    assert len(records) - len(rejected) == 6
+    # Each retry is the same request again, numbered by the SDK; none gave up.
+    assert max(r.attempt for r in records) >= 1
+    assert _most_served(records) == 2
+    # A retry came back after the back-off the 429 asked for (30 ms), not at once.
+    retries = sorted(r.t_received_ns for r in records if r.attempt >= 1)
+    first_reject = min(r.t_received_ns for r in rejected)
+    assert retries[0] - first_reject >= 25e6
+
+
+# Closed loop against 4 slots: at 16 clients, 12 wait, three services each.
+LOADED = LatencyModel(
+    ttfb_ms=2.0,
+    prefill_us_per_token=0.0,
+    decode_ms_per_token=3.0,
+    tokens_per_chunk=4,
+    concurrency_slowdown=0.25,
+    output_tokens=8,
+    max_concurrency=4,
+    max_queue=64,
+)
+
+
+# Requests per client: 48 measured at each level after the first round, a burst that finds the
+# line empty (and fewer streams served), which is left out.
+def _rounds(clients: int) -> int:
+    return 48 // clients + 1
+
+
+async def _closed_loop(base_url: str, clients: int) -> list[WireRecord]:
+    """`clients` workers, each sending its next streamed chat request when its last ended, through
+    the real async openai client instrumented as the plugin instruments it."""
+    records: list[WireRecord] = []
+    client = capture.instrument(
+        openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="s", max_retries=0),
+        sink=records.append,
+    )
+
+    async def worker() -> None:
+        for _ in range(_rounds(clients)):
+            stream = await client.chat.completions.create(model="g", messages=USER, stream=True)
+            async for _chunk in stream:
+                pass
+
+    async with client:
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    return records
+
+
+def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> None:
+    """The plugin's ttft (its capture of the real async openai client) against the simulator in
+    its own process, at C = 1, 4 and 16 closed-loop clients and 4 slots: 14 ms, then 23 ms (the
+    first event's decode slowed by 0.25 × 3 other streams), then 155 ms (12 waiting for three
+    services). The server's own ttft p50 is the prediction within 5 % + 1 ms; the client's p50
+    within 10 % + 4 ms and its p95 within 25 % + 15 ms above it (delivery on a busy machine only
+    adds: below, it may fall short by 5 % + 1 ms). Without the slowdown C = 4 would measure 14 ms,
+    without the wait in ttft C = 16 would measure 23: each far outside."""
+    flags = [
+        f"--{name.replace('_', '-')}={value}"
+        for name, value in LOADED.to_dict().items()
+        if value != getattr(LatencyModel.preset("instant"), name)
+    ]
+    with remote_simulator("--preset=instant", *flags) as base_url:
+        for clients in (1, 4, 16):
+            httpx2.delete(f"{base_url}/_sim/truth").raise_for_status()
+            records = asyncio.run(_closed_loop(base_url, clients))
+            truths = truth_log(base_url)
+            assert _most_served(truths) == min(clients, 4)
+            # Each client's first request starts with the others' (a burst) before any second.
+            steady = sorted(records, key=lambda r: r.t_start_ns)[clients:]
+            served = sorted(truths, key=lambda t: t.t_received_ns)[clients:]
+            assert len(steady) == len(served) == 48
+            ttfts = sorted(_ttft_ms(record) for record in steady)
+            predicted = expected_under_load(LOADED, clients, prompt_tokens=7).ttft_ms
+            server_p50 = stats.percentile(sorted(t.ttft_ns / 1e6 for t in served if t.ttft_ns), 50)
+            p50, p95 = stats.percentile(ttfts, 50), stats.percentile(ttfts, 95)
+            floor = predicted * 0.95 - 1
+            figures = (clients, predicted, server_p50, p50, p95)
+            assert abs(server_p50 - predicted) <= predicted * 0.05 + 1, figures
+            assert floor <= p50 <= predicted * 1.1 + 4, figures
+            assert floor <= p95 <= predicted * 1.25 + 15, figures
+
+
+def _ttft_ms(record: WireRecord) -> float:
+    ttft = call_metrics(record).ttft
+    assert ttft is not None
+    return ttft / 1000
+
+
+# --- what the plugin counts -------------------------------------------------------------------
+
+INNER_FAN_OUT = """
+import asyncio
+import json
+import pytest
+
+@pytest.fixture
+def limited(llm_sim):
+    # 2 slots, 2 places in line, 40 ms a request: 8 sent together are 2 served, 2 waiting and
+    # 4 turned away, whose retries (30 ms later) find the line full again or a place in it.
+    llm_sim.set_model(llm_sim.model.replace(
+        ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=4.0, output_tokens=10,
+        jitter=0.0, max_concurrency=2, max_queue=2, retry_after_ms=30.0))
+    return llm_sim
+
+async def fan_out(client, n):
+    # Distinct questions, as a fan-out's are: the plugin tells a call's retries from another
+    # call's by the request they resend.
+    async def one(i):
+        stream = await client.chat.completions.create(
+            model="g", messages=[{"role": "user", "content": f"question {i}"}], stream=True)
+        async for _ in stream:
+            pass
+    return await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+
+def check(latency, truth, out, retries):
+    raised = [o for o in out if isinstance(o, Exception)]
+    calls = latency.calls
+    assert len(calls) == 8
+    # Each call's attempts are the server's records of it: one per try, retries numbered.
+    assert sum(len(c.attempts) for c in calls) == len(truth)
+    assert sum(c.retries for c in calls) == sum(1 for t in truth if t.attempt > 0)
+    # A call fails when its last try was turned away: the SDK gave up and raised.
+    given_up = [t for t in truth if t.rejected and t.attempt == retries]
+    assert sum(c.failed for c in calls) == len(raised) == len(given_up)
+    assert {c.final.error for c in calls if c.failed} <= {"http_429"}
+    assert all(type(e).__name__ == "RateLimitError" for e in raised)
+    return {"calls": 8, "failed": len(raised), "retries": sum(1 for t in truth if t.attempt > 0),
+            "rejected": sum(t.rejected for t in truth)}
+
+@pytest.mark.asyncio
+async def test_no_retries(limited, async_openai_client, latency):
+    out = await fan_out(async_openai_client.with_options(max_retries=0), 8)
+    seen = check(latency, limited.truth(), out, 0)
+    assert seen["failed"] == seen["rejected"] == 4
+    with open("no_retries.json", "w") as f:
+        json.dump(seen, f)
+
+@pytest.mark.asyncio
+async def test_retries(limited, async_openai_client, latency):
+    out = await fan_out(async_openai_client.with_options(max_retries=2), 8)
+    seen = check(latency, limited.truth(), out, 2)
+    assert seen["retries"] >= 4
+    with open("retries.json", "w") as f:
+        json.dump(seen, f)
+"""
+
+
+def test_the_plugin_counts_retries_and_error_rate_as_the_server_saw_them(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_inner_fan_out=INNER_FAN_OUT)
+    result = pytester.runpytest(
+        "--latency-sim=instant",
+        "-p",
+        "asyncio",
+        "--asyncio-mode=strict",
+        "--latency-json=result.json",
+    )
+    result.assert_outcomes(passed=2)
+    seen = {
+        name: json.loads((pytester.path / f"{name}.json").read_text())
+        for name in ("no_retries", "retries")
+    }
+    data = json.loads((pytester.path / "result.json").read_text())
+    tests = {t["nodeid"].rsplit("::", 1)[-1]: t for t in data["tests"]}
+    for name, counted in seen.items():
+        entry = tests[f"test_{name}"]
+        assert entry["call_count"] == 8
+        assert entry["error_count"] == counted["failed"]
+        assert entry["retries"] == counted["retries"]
+        assert entry["retried_errors"].get("http_429", 0) >= min(1, counted["retries"])
+    assert (
+        data["session"]["error_count"] == seen["no_retries"]["failed"] + seen["retries"]["failed"]
+    )
+
+
+# Found by the fan-out above: `recording._group` joins a retry (attempt n) to the latest call with
+# the same request whose last attempt is n − 1, whether that attempt failed or not. Two identical
+# requests sent together, the first turned away and the second served, make the first's retry
+# the second call's "retry": 1 call failed (it did not) and 1 succeeded twice. Only an attempt
+# that failed is retried by the SDKs, so the fix is to skip candidates whose last attempt
+# succeeded (recording.py belongs to the sample-loop work of issue #17: not changed here).
+@pytest.mark.xfail(strict=True, reason="recording._group: a retry can join a call that succeeded")
+def test_a_retry_never_joins_a_call_that_succeeded() -> None:
+    from pytest_latency.recording import Recording
+
+    url = "http://sim/v1/chat/completions"
+    body = b'{"model":"g","messages":[{"role":"user","content":"hi"}]}'
+    ok = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "model": "g",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "hello"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        }
+    ).encode()
+    limited = json.dumps({"error": {"type": "requests", "code": "rate_limit_exceeded"}}).encode()
+
+    def attempt(t_ns: int, n: int, status: int, answer: bytes) -> WireRecord:
+        record = WireRecord("POST", url, body, t_start_ns=t_ns, attempt=n)
+        record.t_headers_ns, record.status = t_ns + 1_000_000, status
+        record.content_type = "application/json"
+        record.reads.append((t_ns + 1_000_000, t_ns + 1_000_000, answer))
+        record.t_eof_ns = t_ns + 1_100_000
+        return record
+
+    recording = Recording("t")
+    recording.begin_run(warmup=False)
+    # B is turned away; A, sent with it, is served; B's retry comes 30 ms later and succeeds.
+    for record in (attempt(0, 0, 429, limited), attempt(100_000, 0, 200, ok)):
+        recording.sink(record)
+    recording.sink(attempt(30_000_000, 1, 200, ok))
+    recording.end_run()
+    calls = recording.calls()
+    assert [[a.status for a in c.attempts] for c in calls] == [[429, 200], [200]]
+    assert not any(c.failed for c in calls)
