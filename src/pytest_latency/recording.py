@@ -92,10 +92,17 @@ class Measured(NamedTuple):
     spans: tuple[SampleSpan, ...] = ()
 
 
+def _answered(record: WireRecord) -> bool:
+    """The attempt got a success status and no error: no SDK retries it."""
+    status = record.status
+    return status is not None and status < 400 and record.error is None
+
+
 def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
     """Group attempts into calls: attempt n > 0 belongs to the latest call to the same URL with
-    the same request body whose last attempt is n − 1 (the SDKs resend the same bytes). Also
-    says whether every attempt had finished (only then can the grouping be kept)."""
+    the same request body whose last attempt is n − 1 and was not answered (the SDKs resend
+    the same bytes after a failure). Also says whether every attempt had finished (only then
+    can the grouping be kept)."""
     groups: list[list[_Entry]] = []
     open_by_key: dict[tuple[str, bytes], list[int]] = {}
     for entry in entries:
@@ -104,7 +111,11 @@ def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
         target: int | None = None
         if attempt > 0:
             for index in reversed(open_by_key.get(key, [])):
-                if groups[index][-1].record.attempt == attempt - 1:
+                last = groups[index][-1].record
+                # The SDKs retry only an attempt that failed: identical requests in flight
+                # together, one turned away and one served, must not make the first's retry
+                # the second's.
+                if last.attempt == attempt - 1 and not _answered(last):
                     target = index
                     break
         if target is None:
