@@ -404,3 +404,56 @@ def test_github_annotations_point_at_the_failing_test(
     )
     monkeypatch.delenv("GITHUB_ACTIONS")
     tester.runpytest("test_inner_gha.py").stdout.no_fnmatch_line("::error*")
+
+
+def test_a_missed_budget_fulfils_an_xfail_mark_and_a_met_one_is_an_xpass(
+    pytester: pytest.Pytester,
+) -> None:
+    """A missed budget is the test failing: under `xfail` it is the expected failure (XFAIL), a
+    met one an XPASS (a failure when strict); `raises=` names an exception a budget never
+    raises, so a miss there stays a failure, and `--runxfail` ignores the mark."""
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_inner_xfail="""
+        import pytest
+
+        @pytest.mark.xfail(reason="known slow")
+        @pytest.mark.latency("ttft.max < 100ms")
+        def test_missed(latency):
+            latency.record("ttft", 250, unit="ms")
+
+        @pytest.mark.xfail(reason="known slow", strict=True)
+        @pytest.mark.latency("ttft.max < 100ms")
+        def test_missed_strict(latency):
+            latency.record("ttft", 250, unit="ms")
+
+        @pytest.mark.xfail(reason="known slow")
+        @pytest.mark.latency("ttft.max < 100ms")
+        def test_met(latency):
+            latency.record("ttft", 50, unit="ms")
+
+        @pytest.mark.xfail(reason="known slow", strict=True)
+        @pytest.mark.latency("ttft.max < 100ms")
+        def test_met_strict(latency):
+            latency.record("ttft", 50, unit="ms")
+
+        @pytest.mark.xfail(reason="flaky parser", raises=ValueError)
+        @pytest.mark.latency("ttft.max < 100ms")
+        def test_missed_other_reason(latency):
+            latency.record("ttft", 250, unit="ms")
+        """
+    )
+    result = pytester.runpytest("-rxXf")
+    result.assert_outcomes(xfailed=2, xpassed=1, failed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "XFAIL test_inner_xfail.py::test_missed - known slow",
+            "XFAIL test_inner_xfail.py::test_missed_strict - known slow",
+            "XPASS test_inner_xfail.py::test_met - known slow",
+            "FAILED test_inner_xfail.py::test_met_strict*XPASS(strict)*known slow*",
+            "FAILED test_inner_xfail.py::test_missed_other_reason*",
+        ]
+    )
+    # The other reason's miss, told as any miss is.
+    result.stdout.fnmatch_lines(["*latency budget missed", "  ttft.max = 250 ms > 100 ms (n=1)"])
+    pytester.runpytest("--runxfail").assert_outcomes(passed=2, failed=3)

@@ -434,8 +434,13 @@ class Sampler:
             test.policy = policy
             test.flagged_policy = self._settings.flagged
             _record_properties(item, report, judgements)
-            if report.passed:
-                _fail_on_misses(report, test)
+            xpassed = _xpassed(item, report)
+            missed = (report.passed or xpassed is not None) and _fail_on_misses(report, test)
+            if missed and xpassed is not None:
+                # A missed budget is the test failing: under `xfail` (no `raises=`, which names
+                # an exception a budget never raises) that is the expected failure.
+                report.outcome = "skipped"
+                report.wasxfail = xpassed
         test.outcome = report.outcome
         # After the budgets: `too_few_samples` reads them.
         attach(report, _diagnosed(test, judgements), self._handoff)
@@ -520,11 +525,31 @@ def _record_properties(
             report.user_properties.append(prop)
 
 
-def _fail_on_misses(report: pytest.TestReport, test: TestData) -> None:
+def _xpassed(item: pytest.Item, report: pytest.TestReport) -> str | None:
+    """The reason of the `xfail` mark of a test whose body passed (pytest's skipping plugin made
+    it an XPASS, or a failure when strict), where a missed budget fulfils the mark: no `raises=`
+    on the test's xfail marks. None otherwise (also under `--runxfail`, which sets no XPASS)."""
+    if report.passed:
+        reason = getattr(report, "wasxfail", None)
+    elif report.failed and str(report.longrepr).startswith(_XPASS_STRICT):
+        reason = str(report.longrepr)[len(_XPASS_STRICT) :]
+    else:
+        return None
+    if reason is None or any("raises" in mark.kwargs for mark in item.iter_markers("xfail")):
+        return None
+    return str(reason)
+
+
+# How pytest's skipping plugin words the failure of a strict xfail test whose body passed.
+_XPASS_STRICT = "[XPASS(strict)] "
+
+
+def _fail_on_misses(report: pytest.TestReport, test: TestData) -> bool:
+    """Fail the report of a test that missed a budget or measured nothing; whether it did."""
     if not test.measured_anything:
         report.outcome = "failed"
         report.longrepr = NO_CALLS_HINT + _escaped_while(test.nodeid)
-        return
+        return True
     from pytest_latency.verdicts import FLAGGED_EXPR
 
     misses = [j for j in test.judgements if not j.passed]
@@ -538,3 +563,5 @@ def _fail_on_misses(report: pytest.TestReport, test: TestData) -> None:
             listed = ", ".join(f"{kind} ×{count}" for kind, count in errors.most_common())
             lines.append(f"  errors: {listed}")
         report.longrepr = "\n".join(lines)
+        return True
+    return False
