@@ -119,9 +119,9 @@ class Attempt:
         )
         async with stream:
             async for event in stream:
-                # Stopped between events, never inside a read: a task cancelled while it reads
-                # is a failed call to the plugin (`CancelledError`), a stream closed early only
-                # `incomplete`; and Anthropic's first event carries the usage that prices it.
+                # Stopped at its next event and closed (cancelling its task would do as well:
+                # either way the call is incomplete, not failed); Anthropic's first event carries
+                # the usage that prices it.
                 if self._cancelled:
                     break
                 if not self.first.done() and event.type == "content_block_delta":

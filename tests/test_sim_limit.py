@@ -504,3 +504,38 @@ def test_a_retry_never_joins_a_call_that_succeeded() -> None:
     calls = recording.calls()
     assert [[a.status for a in c.attempts] for c in calls] == [[429, 200], [200]]
     assert not any(c.failed for c in calls)
+
+
+def test_a_call_its_caller_cancelled_is_incomplete_not_failed(sim: SimServer) -> None:
+    """A hedge's loser is cancelled while it reads (asyncio.wait, then cancel the rest): the
+    caller's choice, as an early close is. The call is kept, incomplete and noted, and no
+    error: an error_rate budget does not count it."""
+    sim.set_model(SLOW.replace(output_tokens=40))
+    records: list[WireRecord] = []
+
+    async def scenario() -> None:
+        client = capture.instrument(
+            openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="s", max_retries=0),
+            sink=records.append,
+        )
+        async with client:
+
+            async def read() -> None:
+                stream = await client.chat.completions.create(model="g", messages=USER, stream=True)
+                async for _chunk in stream:
+                    pass
+
+            reading = asyncio.create_task(read())
+            while not records or not records[0].reads:  # cancelled mid-stream, inside a read
+                await asyncio.sleep(0.001)
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+
+    asyncio.run(scenario())
+    (record,) = records
+    assert record.cancelled and record.error is None
+    m = call_metrics(record)
+    assert m.incomplete and not m.failed and m.error is None
+    assert any(n.startswith("cancelled:") for n in m.notes), m.notes
+    assert m.ttfb is not None

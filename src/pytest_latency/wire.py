@@ -118,6 +118,10 @@ class WireRecord:
     t_eof_ns: int | None = None  # the body was read to its end
     t_closed_ns: int | None = None
     error: str | None = None  # exception type name, e.g. "ReadTimeout", "RemoteProtocolError"
+    # The caller cancelled the attempt (asyncio's CancelledError while it waited for the head or
+    # a read): a hedge's loser, the caller's own asyncio.timeout. It stopped there, as a stream
+    # the caller closed early does; it did not fail (`error` stays None).
+    cancelled: bool = False
     error_message: str | None = None
     # The body was already in memory when the transport returned (e.g. a mock built with content=):
     # the reads carry no arrival times worth anything.

@@ -127,8 +127,11 @@ def note_error(
 ) -> None:
     """The attempt failed with `exc`. Its message is kept as one line with `secrets` (the
     request's header values, where the caller has them) and key-shaped strings redacted: h11
-    quotes an illegal header value, API key included, in its exception."""
-    if record.error is None:
+    quotes an illegal header value, API key included, in its exception. A cancellation is the
+    caller stopping the attempt, not the attempt failing (`WireRecord.cancelled`)."""
+    if isinstance(exc, asyncio.CancelledError) and record.error is None:
+        record.cancelled = True
+    elif record.error is None:
         record.error = type(exc).__name__
         record.error_message = safe_text(str(exc), 500, secrets)
     if record.t_closed_ns is None:

@@ -304,6 +304,10 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     scan = scan_body(endpoint, record.content_type, asked_stream, body)
     if record.prefetched:
         scan.note("prefetched: body was in memory before the transport returned; no token timing")
+    if record.cancelled:
+        # The caller's choice (a hedge's loser, its own asyncio.timeout), as an early close is:
+        # an error_rate budget does not count it; the SDK's timeout= makes a slow call a failure.
+        scan.note("cancelled: the caller cancelled the call before it ended; not an error")
     capped = record.capped or body.capped or scan.capped
     if record.capped:
         kept = sum(len(data) for _, _, data in record.reads)
