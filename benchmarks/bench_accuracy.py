@@ -12,7 +12,7 @@ printed with the results: on this shared 2-core machine, p99 follows whatever el
 framework rows need the `frameworks` extra (`pip install -e '.[frameworks]'`).
 
     python benchmarks/bench_accuracy.py [--rows all|sdks|frameworks] [--calls 41] [--tokens 48]
-                                        [--decode-ms 2]
+                                        [--decode-ms 2] [--read-ahead] [--only litellm]
 """
 
 from __future__ import annotations
@@ -126,6 +126,47 @@ def _errors(records: list[WireRecord], truths: list[TruthRecord]) -> dict[str, l
     return out
 
 
+def _late(records: list[WireRecord], truths: list[TruthRecord]) -> str:
+    """Why the calls whose ttft is over 1 ms off were late. From the first read to return after
+    the server sent the first content to the read that brought it: how many reads, how long the
+    consumer was away between them in all (the framework's own work on each chunk, while the
+    next one waited in the socket) and how long those reads waited in all (the process or its
+    event loop not running when the data came)."""
+    reads: list[int] = []
+    away: list[float] = []
+    wait: list[float] = []
+    for record in records[1:]:
+        measured = call_metrics(record)
+        truth = truth_of(record, truths)
+        if abs(signed_error_of(record, measured, truth).ttft) <= 1.0:
+            continue
+        assert measured.ttft is not None
+        sent = truth.content_events[0].t_sent_ns
+        stamp = record.t_start_ns + measured.ttft * 1000  # the first content read's arrival
+        previous = record.t_headers_ns or record.t_start_ns
+        n, away_ns, wait_ns = 0, 0, 0
+        for asked, arrived, _ in record.reads:
+            if arrived >= sent:
+                n += 1
+                away_ns += max(0, asked - previous)
+                wait_ns += arrived - asked
+            if arrived >= stamp - 1:
+                break
+            previous = arrived
+        reads.append(n)
+        away.append(away_ns / 1e6)
+        wait.append(wait_ns / 1e6)
+    if not away:
+        return ""
+    if records[0].read_ahead:  # stamped by the event loop as each piece arrived: no "away"
+        return f"{len(away)} calls over 1 ms, stamped on arrival (the loop was late)"
+    return (
+        f"{len(away)} calls over 1 ms: {statistics.median(reads):.0f} reads from the first "
+        f"content sent to its read, away {statistics.median(away):.2f} / {max(away):.2f} ms, "
+        f"waiting {statistics.median(wait):.2f} / {max(wait):.2f} ms (median / max)"
+    )
+
+
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(abs(v) for v in values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
@@ -160,7 +201,7 @@ def _sdk_rows(base: str, calls: int) -> list[Row]:
     ]
 
 
-def _framework_rows(base: str, calls: int) -> list[Row]:
+def _framework_rows(base: str, calls: int, read_ahead: bool, only: str | None) -> list[Row]:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch from GitHub
     # The frameworks' own deprecation and unclosed-resource notes are not this benchmark's.
     warnings.simplefilter("ignore")
@@ -169,9 +210,14 @@ def _framework_rows(base: str, calls: int) -> list[Row]:
     except ImportError as exc:
         raise SystemExit(f"the framework rows need the frameworks extra ({exc})") from exc
     return [
-        (f"{name} [{mode}]", "frameworks", functools.partial(record_calls, s, base, mode, calls))
+        (
+            f"{name} [{mode}]",
+            "frameworks",
+            functools.partial(record_calls, s, base, mode, calls, read_ahead=read_ahead),
+        )
         for name, s in SCENARIOS.items()
         for mode in modes(s)
+        if only is None or only in name
     ]
 
 
@@ -181,10 +227,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=41, help="calls per scenario (first cold)")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--decode-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--read-ahead",
+        action="store_true",
+        help="the framework rows read bodies as they arrive (--latency-read-ahead)",
+    )
+    parser.add_argument("--only", help="only the framework rows whose name contains this")
     args = parser.parse_args()
     process, base = _start_sim(args)
     rows = (_sdk_rows(base, args.calls) if args.rows != "frameworks" else []) + (
-        _framework_rows(base, args.calls) if args.rows != "sdks" else []
+        _framework_rows(base, args.calls, args.read_ahead, args.only) if args.rows != "sdks" else []
     )
     pooled: dict[str, dict[str, list[float]]] = {}
     table: list[str] = []
@@ -194,7 +246,8 @@ def main() -> None:
         for name, group, run in rows:
             httpx2.delete(f"{base}/_sim/truth")
             records = run()
-            errors = _errors(records, truth_log(base))
+            truths = truth_log(base)
+            errors = _errors(records, truths)
             cells = []
             for metric, values in errors.items():
                 pooled.setdefault(group, {}).setdefault(metric, []).extend(values)
@@ -203,6 +256,9 @@ def main() -> None:
                     f"{_pct(values, 99):8.3f} {max(abs(v) for v in values):8.3f}"
                 )
                 cells.append(f"{_pct(values, 50):.3f} / {_pct(values, 99):.3f}")
+            late = _late(records, truths)
+            if late:
+                print(f"{name:44} {late}")
             table.append(f"| {name} | " + " | ".join(cells) + " |")
     finally:
         process.terminate()

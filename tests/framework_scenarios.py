@@ -303,16 +303,23 @@ def modes(scenario: Scenario) -> tuple[str, ...]:
     return MODES if scenario.instrumentable else ("auto",)
 
 
-def record_calls(scenario: Scenario, base: str, mode: str, calls: int) -> list[WireRecord]:
+def record_calls(
+    scenario: Scenario, base: str, mode: str, calls: int, *, read_ahead: bool = False
+) -> list[WireRecord]:
     """`calls` calls of `scenario` against the simulator at `base`, captured as `mode` says:
-    under auto-capture (what `--latency-capture=auto` installs) or through `capture.instrument`."""
+    under auto-capture (what `--latency-capture=auto` installs) or through `capture.instrument`,
+    reading ahead (`--latency-read-ahead`) if asked."""
     records: list[WireRecord] = []
     if mode == "auto":
-        uninstall = capture.install_auto_capture(sink=records.append)
+        uninstall = capture.install_auto_capture(sink=records.append, read_ahead=read_ahead)
         try:
             scenario.run(base, None, calls)
         finally:
             uninstall()
     else:
-        scenario.run(base, lambda client: capture.instrument(client, sink=records.append), calls)
+
+        def wrap(client: Any) -> Any:
+            return capture.instrument(client, sink=records.append, read_ahead=read_ahead)
+
+        scenario.run(base, wrap, calls)
     return records
