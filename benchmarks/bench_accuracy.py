@@ -158,8 +158,8 @@ def _late(records: list[WireRecord], truths: list[TruthRecord]) -> str:
         wait.append(wait_ns / 1e6)
     if not away:
         return ""
-    if records[0].read_ahead:  # stamped by the event loop as each piece arrived: no "away"
-        return f"{len(away)} calls over 1 ms, stamped on arrival (the loop was late)"
+    if records[0].read_ahead:  # stamped as each piece arrived (aiohttp, --read-ahead): no "away"
+        return f"{len(away)} calls over 1 ms, stamped on arrival (its reader ran late)"
     return (
         f"{len(away)} calls over 1 ms: {statistics.median(reads):.0f} reads from the first "
         f"content sent to its read, away {statistics.median(away):.2f} / {max(away):.2f} ms, "
