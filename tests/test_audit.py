@@ -199,7 +199,12 @@ def test_a_run_names_the_unwrapped_clients_and_a_budgeted_test_says_what_it_saw(
     tester: pytest.Pytester,
 ) -> None:
     tester.makepyfile(test_suite=SUITE)
-    result = tester.runpytest("--latency-sim=instant", "--latency-json=out.json")
+    result = tester.runpytest(
+        "--latency-sim=instant",
+        "--latency-json=out.json",
+        "--latency-report=out.html",
+        "--latency-markdown=out.md",
+    )
     result.assert_outcomes(passed=2, failed=1)
     out = result.stdout.str()
     audit_lines = out[out.index("latency capture audit") :].splitlines()[1:3]
@@ -216,6 +221,9 @@ def test_a_run_names_the_unwrapped_clients_and_a_budgeted_test_says_what_it_saw(
     # One text: the terminal's headline is the finding's message, the result file's too.
     assert f"pytest-latency: {finding['message']}" in out
     assert finding["message"].startswith("2 connections and 2 requests on them to LLM endpoints")
+    for report in ("out.html", "out.md"):  # the reports show the session's finding too
+        text = (tester.path / report).read_text(encoding="utf-8")
+        assert "Traffic that bypassed capture" in text and "2 requests on them" in text, report
     (endpoint,) = finding["evidence"]["endpoints"]
     assert set(endpoint["tests"]) == {
         "test_suite.py::test_raw_http_client",
