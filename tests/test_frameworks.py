@@ -11,6 +11,7 @@ which capture flags `consumer_bound`; `test_a_frameworks_first_call_is_flagged_n
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import statistics
@@ -25,6 +26,7 @@ import pytest
 from framework_scenarios import SCENARIOS, Scenario, modes, record_calls
 from remote_sim import error_of, paced, remote_simulator, truth_log, truth_of
 
+from pytest_latency import capture
 from pytest_latency.metrics import call_metrics
 from pytest_latency.sim import TruthRecord
 from pytest_latency.wire import WireRecord
@@ -136,6 +138,40 @@ def test_the_frameworks_pooled_errors_meet_the_accuracy_bound(
     ttft = [e for run in done for e in run.ttft_errors]
     assert len(ttft) >= 50, f"{len(done)} of {len(runs)} cases ran"
     assert statistics.median(ttft) <= P50_BOUND_MS, sorted(ttft)
+
+
+def test_litellm_s_raw_aiohttp_provider_is_captured_by_auto_capture(sim: str) -> None:
+    """litellm's `aiohttp_openai/` provider posts through a raw aiohttp session it builds (no
+    client to instrument). It cannot stream in 1.110 (it decodes the event stream as JSON), so its
+    calls are whole answers: their e2e is checked against the time the simulator finished."""
+    import litellm
+
+    async def run() -> None:
+        for _ in range(3):
+            await litellm.acompletion(
+                model="aiohttp_openai/gpt-4o-mini",
+                api_base=f"{sim}/v1",
+                api_key="k",
+                messages=[{"role": "user", "content": "Count to twelve."}],
+            )
+
+    records: list[WireRecord] = []
+    uninstall = capture.install_auto_capture(sink=records.append)
+    try:
+        asyncio.run(run())
+    finally:
+        uninstall()
+    assert len(records) == 3 and all(r.read_ahead for r in records)  # the aiohttp binding's
+    truths = truth_log(sim)
+    for record in records[1:]:
+        measured = call_metrics(record)
+        truth = truth_of(record, truths)
+        assert measured.api == "openai.chat" and measured.stream is False and not measured.error
+        assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
+        assert measured.input_tokens == truth.input_tokens
+        assert measured.e2e is not None and truth.t_done_ns is not None
+        done_ms = (truth.t_done_ns - record.t_start_ns) / 1e6
+        assert abs(measured.e2e / 1000 - done_ms) <= MAX_BOUND_MS, (measured.e2e, done_ms)
 
 
 def test_a_frameworks_first_call_is_flagged_not_hidden(
