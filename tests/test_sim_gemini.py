@@ -403,6 +403,29 @@ def test_instrument_takes_a_google_genai_client_sync_and_aio_at_once(sim: SimSer
     _check_against_truth(records, sim)
 
 
+def test_instrument_after_use_covers_the_sessions_already_made_and_reads_ahead_if_asked(
+    sim: SimServer,
+) -> None:
+    records: list[WireRecord] = []
+    with genai.Client(
+        api_key="k", http_options=types.HttpOptions(base_url=sim.gemini_base_url)
+    ) as c:
+
+        async def twice() -> None:
+            await _async_stream(c)  # its session made, uninstrumented
+            capture.instrument(c, sink=records.append, read_ahead=True)
+            await _async_stream(c)  # the same session, now with the middleware per request
+            await c.aio.aclose()
+
+        asyncio.run(twice())
+        _sync_stream(c)
+    assert [r.read_ahead for r in records] == [True, True]  # aiohttp's always; httpx2's asked
+    truths = sim.truth()[1:]
+    assert len(records) == len(truths)
+    for record in records:
+        assert call_metrics(record).output_tokens == truth_of(record, truths).output_tokens
+
+
 def test_instrument_reaches_google_genai_s_per_loop_httpx_clients(
     sim: SimServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
