@@ -2,7 +2,9 @@
 statistics they report (median with a 10th–90th percentile spread, the load average).
 
 Not a benchmark itself; the scripts import it as `_common` (they run as `python benchmarks/x.py`,
-so this folder is on the path).
+so this folder is on the path). Importing it puts tests/ on the path too, so that a benchmark
+measures with the tests' own helpers (`remote_sim`'s error against the truth, the frameworks'
+scenarios) rather than a copy of them.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))
 
 
 def spawn_sim(command: list[str]) -> tuple[subprocess.Popen[str], str]:

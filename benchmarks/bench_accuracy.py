@@ -1,32 +1,40 @@
-"""Timing accuracy: pytest-latency's measurements through each real SDK path vs the simulator's
-ground truth, at p50 and p99 (targets: <= 1 ms p50, <= 5 ms p99).
+"""Timing accuracy: pytest-latency's measurements through each real SDK path, and through each
+framework on them (tests/framework_scenarios.py: langchain, litellm, pydantic-ai, openai-agents,
+google-genai; under auto-capture and through `instrument`), vs the simulator's ground truth, at
+p50 and p99 (targets: <= 1 ms p50, <= 5 ms p99).
 
 The simulator runs in its own process (`pytest-latency sim`) and stamps every event right after
 its write with `perf_counter_ns` (CLOCK_MONOTONIC: the client's clock). For each call the client's
 ttft is compared with "server sent the first content event − client handed over the request", its
 e2e with the last content event, its tpot with the server's (last − first) / (tokens − 1), and
-each ITL gap with the server's gap. The load average is printed with the results: on this shared
-2-core machine, p99 follows whatever else runs.
+each ITL gap with the server's gap (tests/remote_sim.py measures each). The load average is
+printed with the results: on this shared 2-core machine, p99 follows whatever else runs. The
+framework rows need the `frameworks` extra (`pip install -e '.[frameworks]'`).
 
-    python benchmarks/bench_accuracy.py [--calls 41] [--tokens 48] [--decode-ms 2]
+    python benchmarks/bench_accuracy.py [--rows all|sdks|frameworks] [--calls 41] [--tokens 48]
+                                        [--decode-ms 2] [--read-ahead] [--only litellm]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import math
 import os
 import statistics
 import subprocess
 import sys
+import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import httpx2
 import openai
-from _common import spawn_sim
+from _common import load, spawn_sim
+from remote_sim import itl_errors, signed_error_of, truth_log, truth_of
 
 from pytest_latency import capture
 from pytest_latency.metrics import call_metrics
@@ -105,29 +113,58 @@ def _client(base: str, provider: str, is_async: bool, sink: Any) -> Any:
     return capture.instrument(cls(base_url=f"{base}/v1", api_key="k", max_retries=0), sink=sink)
 
 
-def _truth(http: httpx2.Client) -> list[TruthRecord]:
-    data = http.get("/_sim/truth").json()
-    return [TruthRecord.from_json(r) for r in data["records"]]
-
-
 def _errors(records: list[WireRecord], truths: list[TruthRecord]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"ttft": [], "e2e": [], "tpot": [], "itl": []}
     for record in records[1:]:  # the first call of a client is cold: excluded
-        m = call_metrics(record)
-        assert record.t_headers_ns is not None
-        (truth,) = [
-            t for t in truths if record.t_start_ns <= t.t_received_ns <= record.t_headers_ns
-        ]
-        content = truth.content_events
-        first = (content[0].t_sent_ns - record.t_start_ns) / 1000
-        last = (content[-1].t_sent_ns - record.t_start_ns) / 1000
-        assert m.ttft is not None and m.e2e is not None and m.tpot is not None
-        assert truth.output_tokens is not None
-        out["ttft"].append((m.ttft - first) / 1000)
-        out["e2e"].append((m.e2e - last) / 1000)
-        out["tpot"].append((m.tpot - (last - first) / (truth.output_tokens - 1)) / 1000)
-        out["itl"] += [(a - b / 1000) / 1000 for a, b in zip(m.itl, truth.itl_ns, strict=True)]
+        measured = call_metrics(record)
+        truth = truth_of(record, truths)
+        error = signed_error_of(record, measured, truth)
+        out["ttft"].append(error.ttft)
+        out["e2e"].append(error.e2e)
+        out["tpot"].append(error.tpot)
+        out["itl"] += itl_errors(measured, truth)
     return out
+
+
+def _late(records: list[WireRecord], truths: list[TruthRecord]) -> str:
+    """Why the calls whose ttft is over 1 ms off were late. From the first read to return after
+    the server sent the first content to the read that brought it: how many reads, how long the
+    consumer was away between them in all (the framework's own work on each chunk, while the
+    next one waited in the socket) and how long those reads waited in all (the process or its
+    event loop not running when the data came)."""
+    reads: list[int] = []
+    away: list[float] = []
+    wait: list[float] = []
+    for record in records[1:]:
+        measured = call_metrics(record)
+        truth = truth_of(record, truths)
+        if abs(signed_error_of(record, measured, truth).ttft) <= 1.0:
+            continue
+        assert measured.ttft is not None
+        sent = truth.content_events[0].t_sent_ns
+        stamp = record.t_start_ns + measured.ttft * 1000  # the first content read's arrival
+        previous = record.t_headers_ns or record.t_start_ns
+        n, away_ns, wait_ns = 0, 0, 0
+        for asked, arrived, _ in record.reads:
+            if arrived >= sent:
+                n += 1
+                away_ns += max(0, asked - previous)
+                wait_ns += arrived - asked
+            if arrived >= stamp - 1:
+                break
+            previous = arrived
+        reads.append(n)
+        away.append(away_ns / 1e6)
+        wait.append(wait_ns / 1e6)
+    if not away:
+        return ""
+    if records[0].read_ahead:  # stamped as each piece arrived (aiohttp, --read-ahead): no "away"
+        return f"{len(away)} calls over 1 ms, stamped on arrival (its reader ran late)"
+    return (
+        f"{len(away)} calls over 1 ms: {statistics.median(reads):.0f} reads from the first "
+        f"content sent to its read, away {statistics.median(away):.2f} / {max(away):.2f} ms, "
+        f"waiting {statistics.median(wait):.2f} / {max(wait):.2f} ms (median / max)"
+    )
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -135,55 +172,109 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=41, help="calls per scenario (first cold)")
-    parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--decode-ms", type=float, default=2.0)
-    args = parser.parse_args()
-    process, base = _start_sim(args)
-    http = httpx2.Client(base_url=base)
-    pooled: dict[str, list[float]] = {"ttft": [], "e2e": [], "tpot": [], "itl": []}
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'scenario':38} {'metric':5} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    try:
-        scenarios: list[tuple[str, str, bool, Callable[[Any], Any]]] = [
-            (name, p, False, f) for name, (p, f) in _sync_calls().items()
-        ] + [(name, p, True, f) for name, (p, f) in _async_calls().items()]
-        for name, provider, is_async, call in scenarios:
-            http.delete("/_sim/truth")
+Row = tuple[str, str, Callable[[], list[WireRecord]]]  # name, group, its calls' records
+
+
+def _sdk_rows(base: str, calls: int) -> list[Row]:
+    def row(provider: str, is_async: bool, call: Callable[[Any], Any]) -> Callable[[], list[Any]]:
+        def run() -> list[WireRecord]:
             records: list[WireRecord] = []
             client = _client(base, provider, is_async, records.append)
             if is_async:
 
-                async def run(client: Any = client, call: Any = call) -> None:
+                async def run_async() -> None:
                     async with client:
-                        for _ in range(args.calls):
+                        for _ in range(calls):
                             await call(client)
 
-                asyncio.run(run())
+                asyncio.run(run_async())
             else:
                 with client:
-                    for _ in range(args.calls):
+                    for _ in range(calls):
                         call(client)
-            for metric, values in _errors(records, _truth(http)).items():
-                pooled[metric] += values
+            return records
+
+        return run
+
+    return [(name, "SDKs", row(p, False, f)) for name, (p, f) in _sync_calls().items()] + [
+        (name, "SDKs", row(p, True, f)) for name, (p, f) in _async_calls().items()
+    ]
+
+
+def _framework_rows(base: str, calls: int, read_ahead: bool, only: str | None) -> list[Row]:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch from GitHub
+    # The frameworks' own deprecation and unclosed-resource notes are not this benchmark's.
+    warnings.simplefilter("ignore")
+    try:
+        from framework_scenarios import SCENARIOS, modes, record_calls
+    except ImportError as exc:
+        raise SystemExit(f"the framework rows need the frameworks extra ({exc})") from exc
+    return [
+        (
+            f"{name} [{mode}]",
+            "frameworks",
+            functools.partial(record_calls, s, base, mode, calls, read_ahead=read_ahead),
+        )
+        for name, s in SCENARIOS.items()
+        for mode in modes(s)
+        if only is None or only in name
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", choices=("all", "sdks", "frameworks"), default="all")
+    parser.add_argument("--calls", type=int, default=41, help="calls per scenario (first cold)")
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--decode-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--read-ahead",
+        action="store_true",
+        help="the framework rows read bodies as they arrive (--latency-read-ahead)",
+    )
+    parser.add_argument("--only", help="only the framework rows whose name contains this")
+    args = parser.parse_args()
+    process, base = _start_sim(args)
+    rows = (_sdk_rows(base, args.calls) if args.rows != "frameworks" else []) + (
+        _framework_rows(base, args.calls, args.read_ahead, args.only) if args.rows != "sdks" else []
+    )
+    pooled: dict[str, dict[str, list[float]]] = {}
+    table: list[str] = []
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before: {load()}")
+    print(f"{'scenario':44} {'metric':5} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    try:
+        for name, group, run in rows:
+            httpx2.delete(f"{base}/_sim/truth")
+            records = run()
+            truths = truth_log(base)
+            errors = _errors(records, truths)
+            cells = []
+            for metric, values in errors.items():
+                pooled.setdefault(group, {}).setdefault(metric, []).extend(values)
                 print(
-                    f"{name:38} {metric:5} {len(values):5} {_pct(values, 50):8.3f} "
+                    f"{name:44} {metric:5} {len(values):5} {_pct(values, 50):8.3f} "
                     f"{_pct(values, 99):8.3f} {max(abs(v) for v in values):8.3f}"
                 )
+                cells.append(f"{_pct(values, 50):.3f} / {_pct(values, 99):.3f}")
+            late = _late(records, truths)
+            if late:
+                print(f"{name:44} {late}")
+            table.append(f"| {name} | " + " | ".join(cells) + " |")
     finally:
-        http.close()
         process.terminate()
         process.wait()
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print("\npooled over every scenario (|measured − truth|):")
-    for metric, values in pooled.items():
-        signed = statistics.median(values)
-        print(
-            f"  {metric:5} n={len(values):5}  p50 {_pct(values, 50):.3f} ms  "
-            f"p99 {_pct(values, 99):.3f} ms  (signed median {signed:+.3f} ms)"
-        )
+    print(f"load average after: {load()}")
+    for group, metrics in pooled.items():
+        print(f"\npooled over the {group} (|measured − truth|):")
+        for metric, values in metrics.items():
+            signed = statistics.median(values)
+            print(
+                f"  {metric:5} n={len(values):5}  p50 {_pct(values, 50):.3f} ms  "
+                f"p99 {_pct(values, 99):.3f} ms  (signed median {signed:+.3f} ms)"
+            )
+    print("\n| scenario | ttft p50 / p99 | e2e p50 / p99 | tpot p50 / p99 | itl p50 / p99 |")
+    print("|---|---|---|---|---|")
+    print("\n".join(table))
 
 
 if __name__ == "__main__":

@@ -66,14 +66,15 @@ def truth_of(record: WireRecord, truths: list[TruthRecord]) -> TruthRecord:
 
 @dataclass(frozen=True)
 class Error:
-    """How far one call's figures are from what the simulator sent: |measured - truth|, ms."""
+    """How far one call's figures are from what the simulator sent, ms: measured - truth
+    (`signed_error_of`), or its magnitude (`error_of`)."""
 
     ttft: float
     e2e: float
     tpot: float
 
 
-def error_of(record: WireRecord, measured: CallMetrics, truth: TruthRecord) -> Error:
+def signed_error_of(record: WireRecord, measured: CallMetrics, truth: TruthRecord) -> Error:
     """The call's error against its truth, re-based on the client's own request start: ttft to
     the first content event sent, e2e to the last, tpot over the tokens between them."""
     content = truth.content_events
@@ -83,7 +84,20 @@ def error_of(record: WireRecord, measured: CallMetrics, truth: TruthRecord) -> E
     assert truth.output_tokens is not None and truth.output_tokens > 1
     truth_tpot = (last_us - first_us) / (truth.output_tokens - 1)
     return Error(
-        ttft=abs(measured.ttft - first_us) / 1000,
-        e2e=abs(measured.e2e - last_us) / 1000,
-        tpot=abs(measured.tpot - truth_tpot) / 1000,
+        ttft=(measured.ttft - first_us) / 1000,
+        e2e=(measured.e2e - last_us) / 1000,
+        tpot=(measured.tpot - truth_tpot) / 1000,
     )
+
+
+def error_of(record: WireRecord, measured: CallMetrics, truth: TruthRecord) -> Error:
+    """|measured - truth| of the call's figures (`signed_error_of`), ms."""
+    e = signed_error_of(record, measured, truth)
+    return Error(abs(e.ttft), abs(e.e2e), abs(e.tpot))
+
+
+def itl_errors(measured: CallMetrics, truth: TruthRecord) -> list[float]:
+    """Each inter-token gap measured minus the server's, ms (as many gaps on both sides)."""
+    return [
+        (gap - sent / 1000) / 1000 for gap, sent in zip(measured.itl, truth.itl_ns, strict=True)
+    ]

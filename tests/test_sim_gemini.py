@@ -367,6 +367,139 @@ def test_auto_capture_records_google_genai_s_own_clients_once(remote: str) -> No
         assert measured.channels == (TEXT,)
 
 
+# --- instrument(genai.Client) ------------------------------------------------------------------
+
+
+def _stream_on(client: genai.Client, loops: int = 1) -> None:
+    """One sync streamed call, then one async one on each of `loops` event loops in turn (on
+    google-genai's aiohttp sessions: each closed in its loop, a new one made in the next)."""
+    _sync_stream(client)
+    for _ in range(loops):
+
+        async def run() -> None:
+            await _async_stream(client)
+            await client.aio.aclose()
+
+        asyncio.run(run())
+
+
+def _check_against_truth(records: list[WireRecord], sim: SimServer) -> None:
+    truths = sim.truth()
+    assert len(records) == len(truths), [r.url for r in records]
+    for record in records:
+        measured = call_metrics(record)
+        truth = truth_of(record, truths)
+        assert measured.error is None and measured.api == "gemini.generate_content"
+        assert measured.output_tokens == truth.output_tokens == BASE.output_tokens
+        assert measured.input_tokens == truth.input_tokens
+
+
+def test_instrument_takes_a_google_genai_client_sync_and_aio_at_once(sim: SimServer) -> None:
+    records: list[WireRecord] = []
+    with genai.Client(
+        api_key="k", http_options=types.HttpOptions(base_url=sim.gemini_base_url)
+    ) as c:
+        assert capture.instrument(c, sink=records.append) is c
+        capture.instrument(c.aio, sink=records.append)  # the same API client: no second record
+        _stream_on(c, loops=2)  # each loop's aiohttp session carries the middleware
+    assert [r.read_ahead for r in records] == [False, True, True]
+    _check_against_truth(records, sim)
+
+
+def test_instrument_after_use_covers_the_sessions_already_made_and_reads_ahead_if_asked(
+    sim: SimServer,
+) -> None:
+    records: list[WireRecord] = []
+    with genai.Client(
+        api_key="k", http_options=types.HttpOptions(base_url=sim.gemini_base_url)
+    ) as c:
+
+        async def twice() -> None:
+            await _async_stream(c)  # its session made, uninstrumented
+            capture.instrument(c, sink=records.append, read_ahead=True)
+            await _async_stream(c)  # the same session, now with the middleware per request
+            await c.aio.aclose()
+
+        asyncio.run(twice())
+        _sync_stream(c)
+    assert [r.read_ahead for r in records] == [True, True]  # aiohttp's always; httpx2's asked
+    truths = sim.truth()[1:]
+    assert len(records) == len(truths)
+    for record in records:
+        assert call_metrics(record).output_tokens == truth_of(record, truths).output_tokens
+
+
+def test_instrument_reaches_google_genai_s_per_loop_httpx_clients(
+    sim: SimServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without aiohttp google-genai's async calls go through its own httpx2 client, which keeps
+    one inner client per event loop: the one built before `instrument` and those built after."""
+    monkeypatch.setattr("google.genai._api_client.has_aiohttp", False)
+    records: list[WireRecord] = []
+    c = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=sim.gemini_base_url))
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(_async_stream(c))  # its inner client built before instrumenting
+        capture.instrument(c, sink=records.append)
+        first.run_until_complete(_async_stream(c))
+        second.run_until_complete(_async_stream(c))  # built by the instrumenting factory
+        _sync_stream(c)
+    finally:
+        # Each loop's inner client closed in its own loop (google-genai's aclose can close only
+        # the running loop's).
+        inner: Any = getattr(c._api_client._async_httpx_client, "_loop_clients", {})
+        for loop in (first, second):
+            if loop in inner:
+                loop.run_until_complete(inner.pop(loop).aclose())
+            loop.close()
+        c.close()
+    assert [r.read_ahead for r in records] == [False, False, False]
+    truths = sim.truth()[1:]  # the first call went out before `instrument`
+    assert len(records) == len(truths)
+    for record in records:
+        assert call_metrics(record).output_tokens == truth_of(record, truths).output_tokens
+
+
+def test_instrument_keeps_a_users_aiohttp_session_and_its_middlewares(sim: SimServer) -> None:
+    seen: list[str] = []
+
+    async def theirs(request: Any, handler: Any) -> Any:
+        seen.append(str(request.url.path))
+        return await handler(request)
+
+    async def run() -> list[WireRecord]:
+        import aiohttp
+
+        records: list[WireRecord] = []
+        async with aiohttp.ClientSession(middlewares=(theirs,)) as session:
+            options = types.HttpOptions(base_url=sim.gemini_base_url, aiohttp_client=session)
+            c = genai.Client(api_key="k", http_options=options)
+            capture.instrument(c, sink=records.append)
+            capture.instrument(c, sink=records.append)
+            await _async_stream(c)
+        return records
+
+    records = asyncio.run(run())
+    assert len(seen) == 1 and len(records) == 1  # theirs ran; ours once
+    _check_against_truth(records, sim)
+
+
+def test_an_instrumented_google_genai_client_under_auto_capture_is_recorded_once(
+    sim: SimServer,
+) -> None:
+    records: list[WireRecord] = []
+    uninstall = capture.install_auto_capture(sink=records.append)
+    try:
+        options = types.HttpOptions(base_url=sim.gemini_base_url)
+        with genai.Client(api_key="k", http_options=options) as c:
+            capture.instrument(c, sink=records.append)
+            _stream_on(c)
+    finally:
+        uninstall()
+    assert len(records) == 2
+    _check_against_truth(records, sim)
+
+
 # --- the gemini_client fixtures --------------------------------------------------------------
 
 INNER = """

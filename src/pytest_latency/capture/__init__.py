@@ -9,6 +9,8 @@ what depends on the HTTP library:
 - `_httpx`: the binding for httpx2 and legacy httpx (the SDKs run on httpx2: anthropic >= 1.0,
   openai >= 3.0), the only module that touches either library, and only once asked to;
 - `_aiohttp`: the binding for aiohttp's `ClientSession` (a middleware, the reader stamped);
+- `_genai`: where a google-genai client keeps its HTTP clients and session arguments, so that
+  `instrument` reaches them (no HTTP library of its own: it is handed the bindings);
 - `_instrument`: the public entry points, which pick the binding for what they are given.
 
 What escaped capture (connections outside every captured attempt) is `pytest_latency.audit`.

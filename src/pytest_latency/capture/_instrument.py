@@ -4,7 +4,8 @@ Owns the public API of capture and the choice of binding for what it is given: a
 (anthropic, openai, any Stainless-built SDK) is instrumented through the HTTP client it holds, an
 httpx2/httpx client through its transport and mounts, a transport by its library's wrapper, an
 aiohttp `ClientSession` by a middleware of its own (or, for a client that takes request
-arguments instead of a session, the middleware itself). Knows no HTTP library's classes itself: the
+arguments instead of a session, the middleware itself), a google-genai client through the HTTP
+clients and session arguments it keeps (`_genai`). Knows no HTTP library's classes itself: the
 bindings do.
 
 May import `attribution` and capture's `_stream` and bindings; never pytest, the SDKs, or an HTTP
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 from pytest_latency.attribution import Sink, route
-from pytest_latency.capture import _aiohttp, _httpx
+from pytest_latency.capture import _aiohttp, _genai, _httpx
 from pytest_latency.capture._stream import Clock
 
 _Client = TypeVar("_Client")
@@ -90,8 +91,9 @@ def instrument(
     clock: Clock = time.perf_counter_ns,
     read_ahead: bool = False,
 ) -> _Client:
-    """Instrument an SDK client (anthropic, openai, any Stainless-built SDK) or an HTTP client
-    (httpx2/httpx `Client`/`AsyncClient`, aiohttp `ClientSession`).
+    """Instrument an SDK client (anthropic, openai, any Stainless-built SDK; a
+    `google.genai.Client` or its `.aio`, both sides at once) or an HTTP client (httpx2/httpx
+    `Client`/`AsyncClient`, aiohttp `ClientSession`).
 
     Returns the same object, typed as given, so `client = instrument(Anthropic())` reads
     naturally. `read_ahead=True` reads response bodies as they arrive rather than when the test
@@ -107,9 +109,25 @@ def instrument(
         return client
     if hasattr(client, "_transport") and hasattr(client, "_mounts"):
         return instrument_http_client(client, sink=sink, clock=clock, read_ahead=read_ahead)
+    api_client = _genai.api_client_of(client)
+    if api_client is not None:
+
+        def http(c: object) -> object:
+            return instrument_http_client(c, sink=sink, clock=clock, read_ahead=read_ahead)
+
+        def session(s: object) -> None:
+            _aiohttp.instrument_session(s, sink, clock)
+
+        def middleware(decompressed: bool) -> object:
+            return _aiohttp.LatencyMiddleware(sink, clock, decompressed=decompressed)
+
+        _genai.instrument(
+            api_client, _genai.Bindings(http, session, middleware, _aiohttp.is_middleware)
+        )
+        return client
     raise TypeError(
-        f"cannot instrument {type(client).__qualname__}: expected an anthropic/openai client "
-        "an httpx2/httpx Client/AsyncClient or an aiohttp ClientSession"
+        f"cannot instrument {type(client).__qualname__}: expected an anthropic/openai client, "
+        "a google.genai Client, an httpx2/httpx Client/AsyncClient or an aiohttp ClientSession"
     )
 
 

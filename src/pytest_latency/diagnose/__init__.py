@@ -9,8 +9,8 @@ what-ifs (fan-out to K parallel calls, hedging) and their short terminal renderi
 computed from a test's `pools.Pool` (or a group's pooled calls); the result file and the report
 print these numbers and never recompute them. Pure functions, no state. May import the stdlib,
 `stats`, `budgets`, `metrics`, `calls`, `pools`, `catalogue` (the price sources), `units` (the
-models named with their calls) and `verdicts` (the `Judgement` type, and how many values a budget
-needs); never pytest. See docs/diagnosis.md.
+models named with their calls), `verdicts` (the `Judgement` type, and how many values a budget
+needs) and `audit` (the words for what escaped capture); never pytest. See docs/diagnosis.md.
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
 `_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
@@ -287,14 +287,17 @@ def escaped_finding(escapes: Sequence[Escape]) -> Finding | None:
     """The session's finding on LLM traffic no captured client made (`audit`), if any."""
     if not escapes:
         return None
-    total = sum(e.connections for e in escapes)
+    from pytest_latency import audit
+
     return Finding(
         CAPTURE_ESCAPED,
-        f"{total} connection{'s' if total != 1 else ''} to LLM endpoints bypassed capture: "
-        + "; ".join(e.describe() for e in escapes)
-        + ". Instrument those clients (pytest_latency.instrument) or run with "
-        "--latency-capture=auto; their calls are in no figure.",
-        {"endpoints": [e.to_dict() for e in escapes], "connections": total},
+        audit.summary(escapes) + ". Instrument those clients (pytest_latency.instrument) or run "
+        "with --latency-capture=auto; their calls are in no figure.",
+        {
+            "endpoints": [e.to_dict() for e in escapes],
+            "connections": sum(e.connections for e in escapes),
+            "requests": sum(e.requests_seen for e in escapes),
+        },
     )
 
 
