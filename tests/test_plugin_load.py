@@ -8,6 +8,7 @@ nothing can (the count in flight, the schedule's own gaps)."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import statistics
@@ -18,8 +19,10 @@ import openai  # noqa: F401
 import pytest
 
 import pytest_latency.sim  # noqa: F401
+from pytest_latency import units
 from pytest_latency.budgets import BudgetError, parse_budget_file
 from pytest_latency.load import Load, LoadError, Schedule, load_of, read_value
+from pytest_latency.report._view import load_text
 
 pytest_plugins = ["pytester"]
 
@@ -44,7 +47,8 @@ def sim(llm_sim, request):
 
 def _stream(client, token):
     return client.chat.completions.create(
-        model="m", stream=True, messages=[{"role": "user", "content": f"token={token}"}])
+        model="m", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": f"token={token}"}])
 
 @pytest.fixture
 def ask():
@@ -273,7 +277,14 @@ def test_open(openai_client, quick):
     ask(openai_client)
 """,
     )
-    result = tester.runpytest("--latency-sim=instant", "-p", "no:randomly", "--latency-json=o.json")
+    result = tester.runpytest(
+        "--latency-sim=instant",
+        "-p",
+        "no:randomly",
+        "--latency-json=o.json",
+        "--latency-markdown=o.md",
+        "--latency-report=o.html",
+    )
     result.assert_outcomes(passed=2)
     entries = {
         e["nodeid"].split("::")[-1]: e
@@ -300,6 +311,22 @@ def test_open(openai_client, quick):
     kinds = {f["kind"]: f for f in opened["findings"]}
     assert "schedule_slipped" in kinds
     assert kinds["schedule_slipped"]["evidence"]["slipped"] >= 20
+    assert not any(f["kind"] == "schedule_slipped" for f in closed["findings"])
+    # The summaries say it with the result file's numbers: the load sentence (read from the
+    # entry once, `report.load_text`) and the intended-start figures beside the per-call ones.
+    sentence = load_text(opened)
+    assert sentence is not None and sentence.startswith("Open loop, 20/s constant, concurrency 1")
+    assert f"{kinds['schedule_slipped']['evidence']['slipped']} of 40" in sentence
+    markdown = (tester.path / "o.md").read_text()
+    row = next(
+        line
+        for line in markdown.splitlines()
+        if line.startswith("| test\\_open.py") and "loop" in line
+    )
+    for metric in ("queue", "ttft", "ttft_intended", "e2e_intended"):
+        assert units.value("us", opened["metrics"][metric]["p95"]) in row
+    assert load_text(closed) is None and "test\\_closed | Closed" not in markdown
+    assert html.escape(sentence) in (tester.path / "o.html").read_text()
 
 
 def test_sequential_sampling_draws_more_samples_in_concurrent_batches(
@@ -450,3 +477,36 @@ def test_the_schedule_repeats_from_its_seed_and_has_the_rate_and_shape_asked() -
     assert statistics.stdev(bursty) / statistics.fmean(bursty) == pytest.approx(2.0, rel=0.12)
     constant = gaps(load_of({"rate": 50.0, "arrival": "constant"}), 10)
     assert constant == [pytest.approx(0.02)] * 10
+
+
+def test_decode_slows_with_concurrency_as_the_simulators_model_says(
+    tester: pytest.Pytester,
+) -> None:
+    """The simulator's `concurrency_slowdown` k makes each token take (1 + k·(streams − 1))
+    times longer: at 4 samples in flight (steady state: a request arrives as one of 4 ends, so
+    it shares the server with 3 others), k = 0.25 gives 1.75 × the lone stream's tpot."""
+    tester.makepyfile(
+        test_inner="""
+        import pytest
+
+        @pytest.fixture
+        def slowing(sim):
+            sim.set_model(sim.model.replace(concurrency_slowdown=0.25))
+
+        @pytest.mark.latency(samples=16, warmup=1)
+        def test_alone(openai_client, slowing, ask):
+            ask(openai_client)
+
+        @pytest.mark.latency(samples=16, warmup=1, concurrency=4)
+        def test_four(openai_client, slowing, ask):
+            ask(openai_client)
+        """
+    )
+    result = tester.runpytest("--latency-sim=instant", "-p", "no:randomly", "--latency-json=o.json")
+    result.assert_outcomes(passed=2)
+    tpot = {
+        e["nodeid"].split("::")[-1]: e["metrics"]["tpot"]["p50"]
+        for e in json.loads((tester.path / "o.json").read_text())["tests"]
+    }
+    assert tpot["test_alone"] == pytest.approx(5000, rel=0.15)  # 5 ms a token, alone
+    assert 1.45 < tpot["test_four"] / tpot["test_alone"] < 2.1

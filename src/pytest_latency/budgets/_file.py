@@ -250,6 +250,12 @@ class _FileReader:
         return BudgetFile(self.path, defaults, tuple(rules), session, tuple(prices))
 
     def top_level(self, key: str) -> None:
+        if key in LOAD_KEYS:
+            self.fail(
+                f"{key!r} is a key of [defaults] or of a [[budget]] rule, not a table: put it "
+                f"under one of those headers (keys above the first [header] are top-level)",
+                (key,),
+            )
         if key in _DEFAULT_KEYS:
             self.fail(
                 f"{key!r} is a key of [defaults], not a table: put it under a [defaults] "

@@ -107,29 +107,29 @@ def run_threads(batch: Batch, body: Body) -> None:
 
     threads: list[threading.Thread] = []
     started = time.perf_counter_ns()
-    try:
-        for index in range(batch.count):
-            intended = _intended(batch, index, started)
-            if intended is not None:
-                _sleep_until(intended)
+    # An interruption (Ctrl-C, a stop signal) raises out of this loop and leaves the samples in
+    # flight to their daemon threads: the run reports what it has without waiting for a hung one.
+    for index in range(batch.count):
+        intended = _intended(batch, index, started)
+        if intended is not None:
+            _sleep_until(intended)
+        if slots is not None:
+            slots.acquire()  # a full cap: the wait is the sample's queue
+        if failure.error is not None:
             if slots is not None:
-                slots.acquire()  # a full cap: the wait is the sample's queue
-            if failure.error is not None:
-                if slots is not None:
-                    slots.release()
-                break
-            # The body runs in a copy of the test's context, as it would have in the test's
-            # thread (context variables a fixture set are visible in it).
-            context = contextvars.copy_context()
-            thread = threading.Thread(
-                target=context.run, args=(one, intended), name=f"latency-sample-{index}"
-            )
-            thread.daemon = True  # an interrupted run must not wait for a hung sample
-            thread.start()
-            threads.append(thread)
-    finally:
-        for thread in threads:
-            thread.join()
+                slots.release()
+            break
+        # The body runs in a copy of the test's context, as it would have in the test's
+        # thread (context variables a fixture set are visible in it).
+        context = contextvars.copy_context()
+        thread = threading.Thread(
+            target=context.run, args=(one, intended), name=f"latency-sample-{index}"
+        )
+        thread.daemon = True
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
     failure.raise_first()
 
 
@@ -139,6 +139,14 @@ def async_batch(body: AsyncBody, pending: Callable[[], Batch]) -> AsyncBody:
     running loop awaiting `body` with the test's arguments."""
 
     async def run_batch(**kwargs: object) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "pytest-latency: concurrent and open-loop samples of an async test run as "
+                "asyncio tasks; this test runs on another event loop (trio?): run it on asyncio, "
+                "or without concurrency= and rate="
+            ) from None
         batch = pending()
         failure = _Failure()
         slots = asyncio.Semaphore(batch.slots) if batch.slots is not None else None
@@ -173,9 +181,12 @@ def async_batch(body: AsyncBody, pending: Callable[[], Batch]) -> AsyncBody:
                     break
                 # Each task runs in a copy of this context: its run stays its own.
                 tasks.append(asyncio.ensure_future(one(intended)))
-        finally:
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+        except BaseException:
+            # Interrupted (cancelled, Ctrl-C): the samples in flight are cancelled, not awaited.
+            for task in tasks:
+                task.cancel()
+            raise
+        await asyncio.gather(*tasks, return_exceptions=True)
         failure.raise_first()
 
     run_batch.__name__ = getattr(body, "__name__", "run_batch")

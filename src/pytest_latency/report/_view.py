@@ -8,7 +8,8 @@ grow with the run), the rollups and the environment. Everything here is plain te
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
 helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads),
 `by_hand` (the "by hand" cell), `spend` (the cost and cache-savings cells, the spend line and
-the price stamp's text), `pools` (the type) and its siblings; never jinja2.
+the price stamp's text), `load` (how a load shape is named), `pools` (the type) and its siblings;
+never jinja2.
 """
 
 from __future__ import annotations
@@ -362,6 +363,44 @@ def _calls_statement(test: Mapping[str, Any]) -> Statement | None:
     )
 
 
+def load_text(test: Mapping[str, Any]) -> str | None:
+    """The test's load shape and what was measured of it (its `load` entry), in one sentence;
+    None for a test run one sample at a time. The HTML statement and the Markdown both read it."""
+    entry = test.get("load")
+    if not isinstance(entry, Mapping):
+        return None
+    from pytest_latency.load import Load
+
+    rate = entry.get("rate_per_s")
+    shape = Load(
+        entry.get("concurrency"),
+        rate,
+        entry.get("arrival") or "poisson",
+        entry.get("burstiness") or 1.0,
+    ).describe()
+    text = f"{'Open' if rate is not None else 'Closed'} loop, {shape}"
+    in_flight = entry.get("in_flight_max")
+    if in_flight is not None:
+        text += f": at most {in_flight} sample{'s' if in_flight != 1 else ''} in flight"
+    schedule = entry.get("schedule")
+    if isinstance(schedule, Mapping):
+        text += (
+            f"; samples started {fmt.duration(schedule.get('late_p50_us'))} after their intended "
+            f"start at the median, {fmt.duration(schedule.get('late_max_us'))} at worst "
+            f"({schedule.get('slipped', 0)} of {schedule.get('samples', 0)} more than "
+            f"{fmt.duration(schedule.get('threshold_us'))} late)"
+        )
+    return text + "."
+
+
+def _load_statement(test: Mapping[str, Any]) -> Statement | None:
+    text = load_text(test)
+    if text is None:
+        return None
+    schedule = (test.get("load") or {}).get("schedule") or {}
+    return Statement("warn" if schedule.get("slipped") else "info", "Load", text)
+
+
 def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
     """One sentence over a test's (or the run's) failures; "" when nothing failed or retried."""
     total = sum(int(v) for v in errors.values())
@@ -445,6 +484,7 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
         for s in (
             _phase_statement(test),
             _cache_statement(test, test.get("usage_fields")),
+            _load_statement(test),
             _calls_statement(test),
             _spend_statement(test),
             _flags_statement(test.get("flags", {})),
