@@ -21,7 +21,7 @@ import pytest
 import pytest_latency.sim  # noqa: F401
 from pytest_latency import units
 from pytest_latency.budgets import BudgetError, parse_budget_file
-from pytest_latency.load import Load, LoadError, Schedule, load_of, read_value
+from pytest_latency.load import LOAD_KEYS, Load, LoadError, Schedule, load_of, read_value
 from pytest_latency.report._view import load_text
 
 pytest_plugins = ["pytester"]
@@ -361,7 +361,7 @@ def test_sequential_sampling_draws_more_samples_in_concurrent_batches(
         ("rate='fast'", "rate='fast' must be a rate such as '20/s'"),
         ("rate=0", "rate=0 must be a positive, finite rate"),
         ("rate='20/s', arrival='bursty'", "arrival='bursty' must be one of 'poisson', 'constant'"),
-        ("arrival='constant'", "arrival need a rate"),
+        ("arrival='constant'", "arrival needs a rate"),
         ("rate='2/s', arrival='constant', burstiness=0.5", "constant arrivals have none"),
         ("rate='2/s', burstiness=-1", "burstiness=-1 must be a positive, finite number"),
         ("concurrency=2, sead=1", "unknown keyword argument(s) sead"),
@@ -449,6 +449,12 @@ def test_a_bad_load_in_budgets_toml_names_the_file_and_line() -> None:
     }
 
 
+def test_the_marker_takes_every_load_key() -> None:
+    from pytest_latency.plugin import _sampling
+
+    assert _sampling._LOAD_KWARGS == LOAD_KEYS
+
+
 def test_rates_read_per_second_and_per_minute() -> None:
     assert read_value("rate", "20/s") == 20.0
     assert read_value("rate", "90/min") == 1.5
@@ -510,3 +516,41 @@ def test_decode_slows_with_concurrency_as_the_simulators_model_says(
     }
     assert tpot["test_alone"] == pytest.approx(5000, rel=0.15)  # 5 ms a token, alone
     assert 1.45 < tpot["test_four"] / tpot["test_alone"] < 2.1
+
+
+def test_threads_the_body_starts_keep_their_sample(tester: pytest.Pytester) -> None:
+    """A thread started with the sample's context (`contextvars.copy_context().run`) keeps it
+    under concurrency; a plain thread falls back to the sample begun last, which is its own
+    when one sample runs at a time (an open loop at a cap of 1)."""
+    tester.makepyfile(
+        test_inner="""
+        import contextvars
+        import threading
+        import uuid
+        import pytest
+
+        def in_thread(target, *args, context=None):
+            run = target if context is None else context.run
+            thread = threading.Thread(target=run, args=(target, *args) if context else args)
+            thread.start()
+            thread.join()
+
+        @pytest.mark.latency(samples=8, concurrency=4)
+        def test_copied(openai_client, sim, ask):
+            token = uuid.uuid4().hex
+            ask(openai_client, token)
+            in_thread(ask, openai_client, token, context=contextvars.copy_context())
+
+        @pytest.mark.latency(samples=6, rate="50/s", concurrency=1)
+        def test_plain(openai_client, sim, ask):
+            token = uuid.uuid4().hex
+            ask(openai_client, token)
+            in_thread(ask, openai_client, token)
+        """
+    )
+    result = tester.runpytest(
+        "--latency-sim=instant", "--latency-capture-text=200", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=2)
+    _check_attribution(_record(tester, "test_copied"), 8, 2)
+    _check_attribution(_record(tester, "test_plain"), 6, 2)

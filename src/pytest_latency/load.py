@@ -142,7 +142,8 @@ def load_of(values: dict[str, object]) -> Load:
     if load.rate is None:
         given = [k for k in ("arrival", "burstiness") if k in values]
         if given:
-            raise LoadError(f"{' and '.join(given)} need a rate (an open loop), e.g. rate='20/s'")
+            verb = "need" if len(given) > 1 else "needs"
+            raise LoadError(f"{' and '.join(given)} {verb} a rate (an open loop), e.g. rate='20/s'")
     if load.arrival == "constant" and load.burstiness != 1.0:
         raise LoadError("burstiness shapes poisson arrivals; constant arrivals have none")
     return load

@@ -1,8 +1,9 @@
 """Sampling and verdicts: what each test is held to, how often its body runs, and the judgement.
 
-Owns the per-test sampling plan (the `latency` marker overlaid on the budgets file), its
-validation at collection time (a bad marker is a collection error naming the test), the sample
-loop (warmup, samples, and more samples while a verdict is inconclusive, up to max_samples), the
+Owns the per-test sampling plan (the `latency` marker overlaid on the budgets file, its load shape
+included), its validation at collection time (a bad marker is a collection error naming the
+test), the sample loop (warmup, samples, and more samples while a verdict is inconclusive, up to
+max_samples; one at a time, or in batches under a load shape, which `_load` runs), the
 attribution of calls to the running test, and the call-phase verdict that fails a test on a
 missed budget. Its measurements ride on the call report as plain data.
 """
