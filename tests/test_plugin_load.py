@@ -43,7 +43,8 @@ def sim(llm_sim, request):
         output_tokens=20))
     yield llm_sim
     truth = [[t.t_received_ns, t.t_done_ns] for t in llm_sim.truth()]
-    pathlib.Path(f"truth-{request.node.name}.json").write_text(json.dumps(truth))
+    name = request.node.name.replace("/", "_")
+    pathlib.Path(f"truth-{name}.json").write_text(json.dumps(truth))
 
 def _stream(client, token):
     return client.chat.completions.create(
@@ -68,7 +69,7 @@ def ask_async():
 def pytest_runtest_logreport(report):
     data = getattr(report, "pytest_latency", None)
     if report.when == "call" and data:
-        name = report.nodeid.split("::")[-1]
+        name = report.nodeid.split("::")[-1].replace("/", "_")
         pathlib.Path(f"record-{name}.json").write_text(json.dumps(data))
 """
 
@@ -554,3 +555,115 @@ def test_threads_the_body_starts_keep_their_sample(tester: pytest.Pytester) -> N
     result.assert_outcomes(passed=2)
     _check_attribution(_record(tester, "test_copied"), 8, 2)
     _check_attribution(_record(tester, "test_plain"), 6, 2)
+
+
+def test_a_sweep_runs_the_test_at_each_level_and_budgets_name_a_level(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        test_inner="""
+        import pytest
+
+        @pytest.mark.latency(
+            "ttft.p50 < 10s", "ttft{concurrency=4}.p90 < 20s", samples=8, concurrency=[1, 4]
+        )
+        def test_users(openai_client, sim, ask):
+            ask(openai_client)
+
+        @pytest.mark.parametrize("model", ["a", "b"])
+        @pytest.mark.latency(samples=4, rate=["20/s", "40/s"], arrival="constant")
+        def test_rates(openai_client, sim, ask, model):
+            ask(openai_client)
+        """
+    )
+    result = tester.runpytest(
+        "--latency-sim=instant", "-p", "no:randomly", "-v", "--latency-markdown=o.md"
+    )
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_users?concurrency=1? PASSED*",
+            "*test_users?concurrency=4? PASSED*",
+            "*test_rates?rate=20/s-a? PASSED*",
+            "*test_rates?rate=40/s-b? PASSED*",
+        ]
+    )
+    one, four = (
+        _record(tester, "test_users[concurrency=1]"),
+        _record(tester, "test_users[concurrency=4]"),
+    )
+    # Each level runs at its own load, and the level's budget is judged at that level only.
+    for record, slots in ((one, 1), (four, 4)):
+        assert record["load"]["concurrency"] == slots
+        assert _most_at_once([(s[2], s[3]) for s in _kept_spans(record)]) == slots
+        assert record["sweep"] == "test_inner.py::test_users[concurrency=*]"
+    assert [b["expr"] for b in one["budgets"]] == ["ttft.p50 < 10s"]
+    assert [b["expr"] for b in four["budgets"]] == [
+        "ttft.p50 < 10s",
+        "ttft{concurrency=4}.p90 < 20s",
+    ]
+    # The level filter chose the test; its calls are all the level's (n = every sample's call).
+    assert four["budgets"][1]["n"] == 8
+    rate = _record(tester, "test_rates[rate=40_s-b]")
+    assert (rate["load"]["rate"], rate["sweep"]) == (40.0, "test_inner.py::test_rates[rate=*-b]")
+    markdown = (tester.path / "o.md").read_text()
+    table = markdown.split("### Sweep test\\_inner.py::test\\_users")[1].split("###")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| concurrency=")]
+    assert [row.split(" | ")[0] for row in rows] == ["| concurrency=1", "| concurrency=4"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            "concurrency=[1, 2], rate=['1/s', '2/s']",
+            "lists one of concurrency= and rate=, not both",
+        ),
+        ("concurrency=[]", "concurrency=[] lists no level"),
+        ("concurrency=[2, 2]", "lists a level twice"),
+        ("concurrency=[1, 0]", "concurrency=0 must be an integer >= 1"),
+        (
+            "'ttft{concurrency=3}.p50 < 1s', concurrency=[1, 2]",
+            "which this test's sweep does not list",
+        ),
+        ("'ttft{rate=fast}.p50 < 1s', rate='2/s'", "rate='fast' must be a rate"),
+    ],
+)
+def test_a_bad_sweep_is_a_collection_error_naming_the_test(
+    tester: pytest.Pytester, kwargs: str, message: str
+) -> None:
+    tester.makepyfile(
+        test_bad=f"""
+        import pytest
+
+        @pytest.mark.latency({kwargs}, samples=2)
+        def test_it():
+            pass
+        """
+    )
+    result = tester.runpytest("-p", "no:randomly")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([f"*test_bad.py::test_it*@pytest.mark.latency*{message}*"])
+
+
+def test_a_level_filter_has_no_place_in_the_session_budgets() -> None:
+    text = '[session]\nexpect = ["ttft.p50 < 1s", "ttft{concurrency=4}.p95 < 2s"]\n'
+    with pytest.raises(BudgetError, match=r"budgets.toml:2: .*level filter .*\[session\]"):
+        parse_budget_file(text, path="budgets.toml")
+
+
+def test_the_sweepable_keys_are_the_level_filter_keys() -> None:
+    from pytest_latency.budgets import LEVEL_FILTER_KEYS
+    from pytest_latency.plugin import _sweep
+
+    assert _sweep.SWEPT == LEVEL_FILTER_KEYS
+
+
+def test_every_metric_takes_a_level_filter_and_turn_still_no_call_filter() -> None:
+    from pytest_latency.budgets import parse_expectation
+
+    turn = parse_expectation("turn{concurrency=4}.p90 < 1s", source="t")
+    assert turn.filters == (("concurrency", "4"),)
+    assert parse_expectation("calls{rate=20/s}.max <= 3", source="t").filters == (("rate", "20/s"),)
+    with pytest.raises(BudgetError, match="takes no filter"):
+        parse_expectation("turn{concurrency=4, model=m}.p90 < 1s", source="t")

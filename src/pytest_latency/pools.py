@@ -102,8 +102,13 @@ class _Part(NamedTuple):
     spans: tuple[SampleSpan, ...] = ()
 
 
+_CALL_KEYS = ("model", "endpoint", "api")
+
+
 def _matches(call: CallMetrics, filters: Filters) -> bool:
     for key, value in filters:
+        if key not in _CALL_KEYS:
+            continue  # a sweep's level ({concurrency=16}) chose the test, not its calls
         actual = {"model": call.model, "endpoint": call.endpoint, "api": call.api}.get(key)
         if actual != value:
             return False

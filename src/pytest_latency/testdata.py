@@ -64,6 +64,8 @@ class TestData:
     teardown: bool = False
     # The load shape its samples ran under (concurrency, an open-loop rate); None: sequential.
     load: Load | None = None
+    # The sweep it is one level of (`plugin._sweep.sweep_name`: its node id, the level as `*`).
+    sweep: str | None = None
     _pool: Pool | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -152,6 +154,8 @@ class TestData:
             out["teardown"] = True
         if self.load is not None:
             out["load"] = self.load._asdict()
+        if self.sweep is not None:
+            out["sweep"] = self.sweep
         return out
 
     @classmethod
@@ -196,6 +200,7 @@ class TestData:
             confidence=data.get("confidence"),
             teardown=bool(data.get("teardown", False)),
             load=_load_of(data.get("load")),
+            sweep=data.get("sweep"),
         )
 
 

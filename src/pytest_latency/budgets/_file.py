@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from pytest_latency.budgets._errors import BudgetError, BudgetErrors, quote
-from pytest_latency.budgets._expression import Expectation
+from pytest_latency.budgets._expression import LEVEL_FILTER_KEYS, Expectation
 from pytest_latency.budgets._lines import Lines
 from pytest_latency.budgets._lines import Path as _Path
 from pytest_latency.budgets._parser import parse_expectation
@@ -453,6 +453,13 @@ class _FileReader:
         except BudgetError as exc:
             self.errors.append((self.lines.line_of(item_at), exc))
             raise _Skip from None
+        if what == "[session]" and any(k in LEVEL_FILTER_KEYS for k, _ in expectation.filters):
+            self.fail(
+                f"{quote(expectation.text)}: a level filter ({', '.join(LEVEL_FILTER_KEYS)}) "
+                "chooses the tests of a sweep; [session] pools every call of the run: put it in "
+                "a [[budget]] or the test's marker",
+                item_at,
+            )
         previous, first = seen.setdefault(expectation.meaning, (expectation, item_at))
         if first != item_at:
             self.fail(

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_latency.plugin import _sweep
 from pytest_latency.plugin._state import (
     PLAN_KEY,
     REPORT_ATTRIBUTE,
@@ -72,6 +73,9 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
     sampling: dict[str, int] = {}
     # Each load key's value and where it was written (the closest marker's, else the file's).
     shape: dict[str, tuple[object, str]] = {}
+    # A test of a sweep: its level, and every level of its sweep (read as `load` reads them).
+    level = _sweep.level_of(item)
+    swept: tuple[object, ...] = ()
     # Closest marker first: its sampling wins; expectations from every level add up.
     for marker in markers:
         unknown = set(marker.kwargs) - set(_MARKER_KWARGS)
@@ -96,7 +100,10 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
                 sampling[name] = _count(marker.kwargs[name], name, minimum, source)
         for name in _LOAD_KWARGS:
             if name in marker.kwargs and name not in shape:
-                shape[name] = (marker.kwargs[name], source)
+                value = marker.kwargs[name]
+                if isinstance(value, list | tuple):  # a sweep: this test runs one level of it
+                    value, swept = _level_value(name, marker.kwargs, level, source)
+                shape[name] = (value, source)
     # A marker beats the file for its test: a file budget on the same statistic gives way.
     own_labels = {e.label for e in own}
     from_file = [e for rule in rules for e in rule.expectations if e.label not in own_labels]
@@ -113,7 +120,47 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
         for name, value in defaults.load:
             shape.setdefault(name, (value, f"{budget_file.path if budget_file else ''} [defaults]"))
     load = _load_of(shape, item.nodeid) if shape else None
-    return SamplingPlan(tuple(own + from_file), samples, warmup or 0, max_samples or samples, load)
+    expectations = tuple(e for e in own + from_file if _applies(e, load, level, swept, source))
+    return SamplingPlan(expectations, samples, warmup or 0, max_samples or samples, load)
+
+
+def _level_value(
+    name: str, kwargs: Mapping[str, object], level: _sweep.Level | None, source: str
+) -> tuple[object, tuple[object, ...]]:
+    """The value of a swept key for this test (its level's), and every level of the sweep."""
+    from pytest_latency.budgets import BudgetError
+    from pytest_latency.load import LoadError, read_value
+
+    try:
+        _sweep.check_sweep(kwargs)
+        levels = tuple(read_value(name, v) for v in kwargs[name])  # type: ignore[attr-defined]
+    except (_sweep.SweepError, LoadError) as exc:
+        raise BudgetError(f"{source}: {exc}") from None
+    if level is None or level.key != name:
+        raise BudgetError(
+            f"{source}: {name}={kwargs[name]!r} is a sweep, whose levels are made when the test "
+            "is collected: give it in the marker on the test, its class or its module"
+        )
+    return level.value, levels
+
+
+def _applies(
+    expectation: Expectation,
+    load: Load | None,
+    level: _sweep.Level | None,
+    swept: tuple[object, ...],
+    source: str,
+) -> bool:
+    """Whether a budget applies to this test: always, unless it names a level
+    (`ttft{concurrency=16}.p95 < 800ms`) the test does not run at."""
+    if not any(key in _sweep.SWEPT for key, _ in expectation.filters):
+        return True
+    from pytest_latency.budgets import BudgetError
+
+    try:
+        return _sweep.applies(expectation, load, level, swept)
+    except _sweep.SweepError as exc:
+        raise BudgetError(f"{source}: {exc}") from None
 
 
 def _load_of(shape: dict[str, tuple[object, str]], nodeid: str) -> Load:
@@ -527,6 +574,9 @@ class Sampler:
             recording = Recording(item.nodeid)
         test = _record_of(recording, report)
         test.load = plan.load
+        level = _sweep.level_of(item)
+        if level is not None:
+            test.sweep = _sweep.sweep_name(item.nodeid, level)
         judgements: Sequence[Judgement] = ()
         if plan.budgeted:
             from pytest_latency.verdicts import confidence_for_looks, judge

@@ -20,7 +20,7 @@ from pytest_latency import units as fmt
 from pytest_latency.by_hand import FIGURES, by_hand_of_entry
 from pytest_latency.by_hand import HEADER as BY_HAND
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.report._view import cache_text, load_text
+from pytest_latency.report._view import cache_text, level_id, load_text
 from pytest_latency.results import (
     MIN_VALUES,
     SIGNIFICANCE,
@@ -74,6 +74,17 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _stat(test: Mapping[str, Any], metric: str, key: str) -> str:
     block = test.get("metrics", {}).get(metric)
     return fmt.value(block.get("unit", "us"), block.get(key)) if block else fmt.ABSENT
+
+
+def _headline(test: Mapping[str, Any]) -> tuple[str, ...]:
+    """The cells a test's row leads with: n, ttft p50 and p95, tpot p50, e2e p95."""
+    return (
+        str(test.get("samples", 0)),
+        _stat(test, "ttft", "p50"),
+        _stat(test, "ttft", "p95"),
+        _stat(test, "tpot", "p50"),
+        _stat(test, "e2e", "p95"),
+    )
 
 
 def _test_verdict(test: Mapping[str, Any]) -> str:
@@ -176,11 +187,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             [
                 (
                     escape(t["nodeid"]),
-                    str(t.get("samples", 0)),
-                    _stat(t, "ttft", "p50"),
-                    _stat(t, "ttft", "p95"),
-                    _stat(t, "tpot", "p50"),
-                    _stat(t, "e2e", "p95"),
+                    *_headline(t),
                     _stat(t, "turn", "p95"),
                     cache_text(t),
                     *((escape(cost_cell(cost)), escape(saved_cell(cost))) if priced else ()),
@@ -219,7 +226,47 @@ def _load_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
     )
     if len(loaded) > MAX_ROWS:
         lines.append(f"\n… and {len(loaded) - MAX_ROWS} more.")
-    return [*lines, ""]
+    return [*lines, "", *_sweeps_section(tests)]
+
+
+def _sweeps_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One table per sweep (`concurrency=[1, 4, 16]`): its levels in the order run, and how
+    the figures move with the load."""
+    sweeps: dict[str, list[Mapping[str, Any]]] = {}
+    for test in tests:
+        name = (test.get("load") or {}).get("sweep")
+        if isinstance(name, str):
+            sweeps.setdefault(name, []).append(test)
+    lines: list[str] = []
+    for name, levels in sweeps.items():
+        lines += [f"### Sweep {escape(name)}", ""]
+        lines += _table(
+            (
+                "level",
+                "n",
+                "ttft p50",
+                "ttft p95",
+                "tpot p50",
+                "e2e p95",
+                "queue p95",
+                "ttft_intended p95",
+                "in flight",
+                "verdict",
+            ),
+            [
+                (
+                    escape(level_id(t)),
+                    *_headline(t),
+                    _stat(t, "queue", "p95"),
+                    _stat(t, "ttft_intended", "p95"),
+                    str(t["load"].get("in_flight_max") or fmt.ABSENT),
+                    _test_verdict(t),
+                )
+                for t in levels[:MAX_ROWS]
+            ],
+        )
+        lines.append("")
+    return lines
 
 
 def _flagged(test: Mapping[str, Any]) -> bool:

@@ -393,6 +393,18 @@ def load_text(test: Mapping[str, Any]) -> str | None:
     return text + "."
 
 
+def level_id(test: Mapping[str, Any]) -> str:
+    """The level a test of a sweep ran at, as its node id names it (`concurrency=16`): the part
+    its sweep's name writes as `*`."""
+    name = (test.get("load") or {}).get("sweep") or ""
+    head, star, tail = name.partition("=*")
+    nodeid = str(test.get("nodeid", ""))
+    if not star or not nodeid.startswith(head + "=") or not nodeid.endswith(tail):
+        return nodeid
+    key = head.rsplit("[", 1)[-1].rsplit("-", 1)[-1]
+    return f"{key}={nodeid[len(head) + 1 : len(nodeid) - len(tail)]}"
+
+
 def _load_statement(test: Mapping[str, Any]) -> Statement | None:
     text = load_text(test)
     if text is None:

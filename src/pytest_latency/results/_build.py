@@ -257,6 +257,8 @@ def _test_entry(test: TestData) -> dict[str, Any]:
     }
     if test.load is not None:
         entry["load"] = _load_entry(test.load, figures.get("load"))
+        if test.sweep is not None:
+            entry["load"]["sweep"] = test.sweep
     recorded = pool.manual_counts()
     if recorded:  # values recorded by hand (kept samples), by metric, in the order recorded
         entry["recorded"] = dict(recorded)

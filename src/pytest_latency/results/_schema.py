@@ -129,6 +129,7 @@ class LoadEntry(TypedDict):
     seed: int | None
     in_flight_max: int | None
     schedule: NotRequired[ScheduleBlock]
+    sweep: NotRequired[str]  # a level of a sweep: its node id with the level as `*`
 
 
 class TestEntry(TypedDict):

@@ -388,6 +388,7 @@ _LOAD: Final = _obj(
             },
             required=("samples", "slipped"),
         ),
+        "sweep": _str,
     },
     required=("concurrency", "rate_per_s"),
 )
