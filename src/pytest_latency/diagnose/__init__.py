@@ -60,7 +60,7 @@ from pytest_latency.diagnose._phases import (
     phase_findings,
     phase_split,
 )
-from pytest_latency.diagnose._schedule import LoadFigures, load_figures, schedule_finding
+from pytest_latency.diagnose._schedule import LoadFigures, knee, load_figures, schedule_finding
 from pytest_latency.diagnose._serial import (
     Overlap,
     SampleSchedule,
@@ -126,6 +126,7 @@ __all__ = [
     "fit_prefill",
     "hedge",
     "hedged_quantile",
+    "knee",
     "leaning",
     "load_figures",
     "overlap",

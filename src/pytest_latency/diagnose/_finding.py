@@ -106,6 +106,9 @@ class Thresholds:
     # 10 ms: a thread or task starts within ~1 ms on an idle machine, a few ms on a busy one.
     schedule_late_us: float = 10_000.0
     schedule_slip_share: float = 0.05
+    # The knee of a sweep (`concurrency=[1, 4, 16]`): the last level whose p95 ttft is within
+    # this factor of the lowest level's, when a higher level's is past it.
+    knee_ratio: float = 1.5
 
     def cache_minimum(self, api: str) -> int:
         if isinstance(self.cache_min_tokens, int):

@@ -3,8 +3,9 @@ an open loop's samples started when the schedule meant them to.
 
 Owns `LoadFigures` (the most samples in flight at once, read off the kept samples' spans; and,
 under an open-loop rate, how late each sample started after its intended start: the median, the
-worst, and how many were later than `Thresholds.schedule_late_us`) and the `schedule_slipped`
-finding, which says the client did not keep the schedule, and why that matters for the figures.
+worst, and how many were later than `Thresholds.schedule_late_us`), the `schedule_slipped`
+finding, which says the client did not keep the schedule, and why that matters for the figures,
+and the knee of a sweep's levels (`knee`: where p95 ttft leaves the lowest load's behind).
 Computed once from a test's `pools.Pool`; the result file and the report print these numbers.
 May import `pools`, `calls`, `stats` and its siblings; never pytest.
 """
@@ -104,3 +105,17 @@ def schedule_finding(
             "threshold_us": figures.threshold_us,
         },
     )
+
+
+def knee(figures: Sequence[float | None], thresholds: Thresholds = DEFAULTS) -> int | None:
+    """The knee of a sweep whose levels, by increasing load, have these figures (p95 ttft):
+    the index of the last level within `knee_ratio` of the lowest level's figure, when a higher
+    level is past it; None when none is (the knee lies beyond the levels run), or when the
+    lowest level has no figure."""
+    base = figures[0] if figures else None
+    if not base:
+        return None
+    for index, figure in enumerate(figures[1:], start=1):
+        if figure is not None and figure > thresholds.knee_ratio * base:
+            return index - 1
+    return None

@@ -20,7 +20,7 @@ from pytest_latency import units as fmt
 from pytest_latency.by_hand import FIGURES, by_hand_of_entry
 from pytest_latency.by_hand import HEADER as BY_HAND
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.report._view import cache_text, level_id, load_text
+from pytest_latency.report._view import cache_text, level_id, load_text, sweep_knee, sweeps
 from pytest_latency.results import (
     MIN_VALUES,
     SIGNIFICANCE,
@@ -230,16 +230,12 @@ def _load_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _sweeps_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One table per sweep (`concurrency=[1, 4, 16]`): its levels in the order run, and how
-    the figures move with the load."""
-    sweeps: dict[str, list[Mapping[str, Any]]] = {}
-    for test in tests:
-        name = (test.get("load") or {}).get("sweep")
-        if isinstance(name, str):
-            sweeps.setdefault(name, []).append(test)
+    """One table per sweep (`concurrency=[1, 4, 16]`): its levels by increasing load, how the
+    figures move with it, and its knee (`report.sweep_knee`)."""
     lines: list[str] = []
-    for name, levels in sweeps.items():
-        lines += [f"### Sweep {escape(name)}", ""]
+    for name, levels in sweeps(tests).items():
+        _, knee_sentence = sweep_knee(levels)
+        lines += [f"### Sweep {escape(name)}", "", escape(knee_sentence), ""]
         lines += _table(
             (
                 "level",
