@@ -323,3 +323,15 @@ def diagnosis_tests() -> list[dict[str, Any]]:
         faulty_test("tests/diag/test_faults.py::test_flaky_provider"),
         hostile,
     ]
+
+
+def sweep_tests(name: str = "tests/load/test_users.py::test_chat") -> list[dict[str, Any]]:
+    """A sweep of concurrency 1, 4 and 16 (`concurrency=[1, 4, 16]`): TTFT 300 ms, 330 ms and
+    900 ms, so its knee is at concurrency 4 (the last level within 1.5× the lowest's)."""
+    levels = []
+    for index, (level, ttft) in enumerate(((1, 300.0), (4, 330.0), (16, 900.0))):
+        data = make_test(f"{name}[concurrency={level}]", seed=40 + index, ttft_ms=ttft)
+        data["load"] = {"concurrency": level, "rate": None}
+        data["sweep"] = f"{name}[concurrency=*]"
+        levels.append(data)
+    return levels

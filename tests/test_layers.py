@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pricing",),
     ("calls", "budgets", "policies", "by_hand", "audit"),
     ("metrics", "attribution"),
-    ("wire", "untrusted", "catalogue", "stats", "units", "histogram", "sim", "gc_pauses"),
+    ("wire", "untrusted", "catalogue", "stats", "units", "histogram", "sim", "gc_pauses", "load"),
 )
 LAYER_OF = {name: index for index, layer in enumerate(LAYERS) for name in layer}
 EXTRA: dict[str, set[str]] = {"__init__": {"budgets", "calls", "capture", "metrics", "recording"}}

@@ -30,7 +30,10 @@ def tester(pytester: pytest.Pytester) -> pytest.Pytester:
 def test_marker_and_options_are_documented(tester: pytest.Pytester) -> None:
     result = tester.runpytest("--markers")
     result.stdout.fnmatch_lines(
-        ["@pytest.mark.latency(*expectations, samples=1, warmup=0, max_samples=None)*"]
+        [
+            "@pytest.mark.latency(*expectations, samples=1, warmup=0, max_samples=None, "
+            "concurrency=None, rate=None*"
+        ]
     )
     result = tester.runpytest("--help")
     result.stdout.fnmatch_lines(["*--latency-capture=*", "*--latency-sim*"])

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from latency_data import build, diagnosis_tests, make_test, sample_tests
+from latency_data import build, diagnosis_tests, make_test, sample_tests, sweep_tests
 
 from pytest_latency.report import render_comparison, render_html, render_markdown
 from pytest_latency.report._markdown import escape
@@ -330,3 +330,39 @@ def test_the_diagnosis_lines_past_the_cap_are_counted_not_dropped(
     more = re.search(r"- … and (\d+) more \(see the HTML report\)", diagnosis)
     assert more is not None
     assert int(more.group(1)) == len(before) + copies * kinds - MAX_FINDING_LINES
+
+
+def test_a_sweep_gets_a_table_charts_against_the_load_and_its_knee() -> None:
+    result = build(sample_tests() + sweep_tests())
+    levels = [t for t in result["tests"] if "sweep" in t.get("load", {})]
+    assert [t["load"]["concurrency"] for t in levels] == [1, 4, 16]
+    (sweep,) = build_view(result).sweeps
+    assert sweep.name == "tests/load/test_users.py::test_chat[concurrency=*]"
+    assert [r.level for r in sweep.rows] == ["concurrency=1", "concurrency=4", "concurrency=16"]
+    assert [r.knee for r in sweep.rows] == [False, True, False]
+    assert sweep.knee.startswith("Knee at concurrency=4: ")
+    # Both charts draw each level of each series, and the knee's line at concurrency 4.
+    ttft, tpot = sweep.charts
+    assert len(ttft.lines) == 2 and len(ttft.dots) == 6 and len(tpot.dots) == 6
+    (knee_line,) = ttft.segments
+    assert knee_line.title == "knee: concurrency 4" and knee_line.x1 == knee_line.x2
+    assert ttft.x_label == "concurrency (log scale)"
+    page = render_html(result)
+    assert 'id="sweeps"' in page and re.search(r"concurrency=4(</a>)? <b>knee</b>", page)
+    markdown = render_markdown(result)
+    section = markdown.split("### Sweep ")[1]
+    assert escape(sweep.knee) in section
+    assert section.index("concurrency=1 |") < section.index("concurrency=16 |")
+    # No sweep, no section.
+    assert build_view(build(sample_tests())).sweeps == ()
+    assert "### Sweep" not in render_markdown(build(sample_tests()))
+
+
+def test_the_knee_is_the_last_level_within_the_ratio_of_the_lowest() -> None:
+    from pytest_latency.diagnose import knee
+
+    assert knee([100.0, 120.0, 149.0, 400.0]) == 2
+    assert knee([100.0, 151.0]) == 0
+    assert knee([100.0, 140.0, 149.0]) is None  # past the levels run
+    assert knee([None, 500.0]) is None and knee([]) is None
+    assert knee([100.0, None, 300.0]) == 1  # a level without a figure does not end it

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from latency_data import build, diagnosis_tests, make_test, sample_tests
+from latency_data import build, diagnosis_tests, make_test, sample_tests, sweep_tests
 
 from pytest_latency.report import render_html
 
@@ -53,7 +53,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("report")
     small = root / "report.html"
     # The small report carries findings, what-ifs, errors of every kind and a hostile message.
-    tests = sample_tests() + diagnosis_tests()
+    # And a sweep: its charts against the load are drawn too.
+    tests = sample_tests() + diagnosis_tests() + sweep_tests()
     small.write_text(render_html(build(tests)))
     many = [
         make_test(f"tests/test_many.py::test_case[{i}]", seed=i, samples=3) for i in range(1000)
@@ -67,8 +68,9 @@ def test_report_loads_without_errors_and_every_chart_has_content(pages: dict[str
     run = _chromium(pages["root"] / "profile-a", "--dump-dom", pages["small"].as_uri())
     attrs = _body_attributes(run.stdout)
     assert attrs.get("data-errors") == "", attrs.get("data-errors")
-    assert int(attrs["data-charts"]) >= 16
+    assert int(attrs["data-charts"]) >= 18
     assert attrs["data-charts-ok"] == "yes"
+    assert 'id="sweeps"' in run.stdout and "TTFT against load" in run.stdout
     assert "Uncaught" not in run.stderr and "CONSOLE" not in run.stderr, run.stderr[-2000:]
     # The hostile id is text in the live DOM: escaped when serialised, never an element.
     assert "test_inject[&lt;script&gt;alert(1)&lt;/script&gt;|*_`]" in run.stdout

@@ -93,16 +93,22 @@ def cost_totals(ok: Iterable[CallMetrics]) -> CostTotals:
 
 class _Part(NamedTuple):
     """One test's share of a pool: its kept calls, how many samples it ran (a sample that made
-    no call still counts, with 0 calls) and the wall time of each, in µs (a sample's own: a
-    subset of the calls keeps them all)."""
+    no call still counts, with 0 calls) and the wall time of each, in µs, with the spans they
+    are read from (a sample's own: a subset of the calls keeps them all)."""
 
     calls: tuple[Call, ...]
     samples: int
     turns: tuple[float, ...] = ()
+    spans: tuple[SampleSpan, ...] = ()
+
+
+_CALL_KEYS = ("model", "endpoint", "api")
 
 
 def _matches(call: CallMetrics, filters: Filters) -> bool:
     for key, value in filters:
+        if key not in _CALL_KEYS:
+            continue  # a sweep's level ({concurrency=16}) chose the test, not its calls
         actual = {"model": call.model, "endpoint": call.endpoint, "api": call.api}.get(key)
         if actual != value:
             return False
@@ -118,11 +124,18 @@ def call_values(finals: Iterable[CallMetrics], metric: str) -> list[float]:
         for final in finals:
             raw.extend(final.itl)
         return raw
-    name, waits = reading(metric)  # once, not per call: pools read thousands of calls
+    how = reading(metric)  # once, not per call: pools read thousands of calls
+    if not how.queued and not how.waits:
+        name = how.field
+        for final in finals:
+            value = getattr(final, name)
+            if value is not None:
+                raw.append(float(value))
+        return raw
     for final in finals:
-        value = getattr(final, name)
+        value = how.of(final)
         if value is not None:
-            raw.append(value + final.waited_us if waits else float(value))
+            raw.append(value)
     return raw
 
 
@@ -169,11 +182,8 @@ class Pool:
     ) -> Pool:
         """One test's pool from all its calls, values and sample spans (only the kept ones are
         pooled)."""
-        part = _Part(
-            tuple(c for c in calls if c.kept),
-            samples,
-            tuple(s.turn for s in spans if s.kept),
-        )
+        kept = tuple(s for s in spans if s.kept)
+        part = _Part(tuple(c for c in calls if c.kept), samples, tuple(s.turn for s in kept), kept)
         return cls([part], [m for m in manual if m.kept])
 
     @classmethod
@@ -240,6 +250,10 @@ class Pool:
         time in µs, test after test."""
         return tuple(t for part in self._parts for t in part.turns)
 
+    def spans(self) -> tuple[SampleSpan, ...]:
+        """The kept samples' spans, test after test (each test's in the order they ended)."""
+        return tuple(s for part in self._parts for s in part.spans)
+
     @property
     def samples(self) -> int:
         return sum(part.samples for part in self._parts)
@@ -288,6 +302,7 @@ class Pool:
                     ),
                     part.samples,
                     part.turns,
+                    part.spans,
                 )
                 for part in self._parts
             ]

@@ -2,17 +2,21 @@
 
 Owns the per-test log that capture's records are routed into: which sample (one run of the test
 body) each attempt started in, whether that sample was warmup, when each sample started and ended
-(its `turn`, read from the clock capture stamps calls with), manual values recorded by the test,
-and the grouping of SDK retries into one logical call. Each attempt's `CallMetrics` is computed
-once, when its wire record has finished, and kept; the grouped calls are kept too until a new
-attempt arrives, so reading `latency.calls` in a loop, or judging after every look of sequential
-sampling, parses no call twice. Also the public `latency` fixture object. May import `wire`,
-`metrics`, `calls`, `catalogue`; never pytest.
+(its `turn`, read from the clock capture stamps calls with) and, under an open-loop rate, when it
+was meant to start, manual values recorded by the test, and the grouping of SDK retries into one
+logical call. Samples may overlap (`latency(concurrency=...)`): each run of the body the plugin
+starts in its own thread or task carries its sample in a context variable (`run`), and a call made
+where none is set (a thread the body started itself) falls back to the run begun last. Each
+attempt's `CallMetrics` is computed once, when its wire record has finished, and kept; the grouped
+calls are kept too until a new attempt arrives, so reading `latency.calls` in a loop, or judging
+after every look of sequential sampling, parses no call twice. Also the public `latency` fixture
+object. May import `wire`, `metrics`, `calls`, `catalogue`; never pytest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import math
 import threading
@@ -56,6 +60,8 @@ class _Entry:
     sample: int
     warmup: bool
     record: WireRecord
+    # When the sample this attempt was made in was meant to start (an open loop's schedule).
+    intended_ns: int | None = None
     # Filled on first use: the metrics once the record has finished (a record still streaming
     # is parsed afresh each time), and the retry-grouping key.
     metrics: CallMetrics | None = None
@@ -131,14 +137,37 @@ def _group(entries: Sequence[_Entry]) -> tuple[tuple[Call, ...], bool]:
             metrics, kept = entry.call_metrics()
             attempts.append(metrics)
             final = final and kept
-        calls.append(Call.of(group[0].sample, group[0].warmup, attempts))
+        first = group[0]
+        calls.append(Call.of(first.sample, first.warmup, attempts, intended_ns=first.intended_ns))
     return tuple(calls), final
 
 
-# `Recording.sample` while the plugin's run of the body is open and has no number yet: the run
-# becomes a sample when it first gets a call or a value of its own, or when it ends without the
-# body having marked samples itself (an empty run still counts as one sample of 0 calls).
+# `_Run.sample` while the plugin's run of the body is open and has no number yet: the run becomes
+# a sample when it first gets a call or a value of its own, or when it ends without the body
+# having marked samples itself (an empty run still counts as one sample of 0 calls).
 _UNNUMBERED = -1000
+
+
+@dataclass(slots=True)
+class _Run:
+    """Where a run of the body is: the sample open in it (or OUTSIDE), whether that is a warmup
+    one, when it started and was meant to start, and the run around it (open, a warmup run,
+    and whether the body marked samples of its own in it)."""
+
+    sample: int = OUTSIDE
+    warmup: bool = False
+    started_ns: int = 0
+    intended_ns: int | None = None
+    open: bool = False
+    open_warmup: bool = False
+    marked: bool = False
+
+
+# The run of the body the plugin started in this thread or task (`Recording.run`), with its
+# recording: a concurrent sample's calls are its own, whatever else is in flight.
+_CURRENT: contextvars.ContextVar[tuple[Recording, _Run] | None] = contextvars.ContextVar(
+    "pytest_latency_run", default=None
+)
 
 
 @dataclass(slots=True)
@@ -159,11 +188,8 @@ class Recording:
     prices: Callable[[], Prices] | None = None
     entries: list[_Entry] = field(default_factory=list)
     manual: list[ManualValue] = field(default_factory=list)
-    # The samples that have ended, in order, and the start of the one running now.
+    # The samples that have ended, in the order they ended.
     spans: list[SampleSpan] = field(default_factory=list)
-    started_ns: int = 0
-    sample: int = OUTSIDE
-    warmup: bool = False
     samples_run: int = 0
     warmups_run: int = 0
     # Entries, manual values and spans a report has carried already: what comes after the call
@@ -174,19 +200,33 @@ class Recording:
     # The grouped calls of the first `_grouped_upto` entries, while all of them had finished.
     _grouped: tuple[Call, ...] = ()
     _grouped_upto: int = -1
-    # A run of the body is open (and whether it is a warmup run), and the body marked samples
-    # of its own inside it.
-    _run_open: bool = False
-    _run_warmup: bool = False
-    _marked_in_run: bool = False
+    # The run outside any `run()` context (an unplanned test's body, the body's own samples in
+    # a sequential loop, fixtures), and the concurrent runs open now, in the order they began:
+    # a call made where no run is set belongs to the last of them (a thread the body started).
+    _main: _Run = field(default_factory=_Run)
+    _open: list[_Run] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _here(self) -> _Run:
+        """The run a call or value made now belongs to."""
+        current = _CURRENT.get()
+        if current is not None and current[0] is self:
+            return current[1]
+        open_runs = self._open
+        return open_runs[-1] if open_runs else self._main
+
+    @property
+    def sample(self) -> int:
+        """The sample open where this is read (OUTSIDE when none is; negative for warmup)."""
+        return self._here().sample
 
     def sink(self, record: WireRecord) -> None:
         record.owner = self.nodeid
-        sample = self.sample
+        run = self._here()
+        sample = run.sample
         if sample == _UNNUMBERED:
-            sample = self._number_run()
-        self.entries.append(_Entry(sample, self.warmup, record))
+            sample = self._number_run(run)
+        self.entries.append(_Entry(sample, run.warmup, record, run.intended_ns))
 
     def _next_index(self, *, warmup: bool) -> int:
         if warmup:
@@ -195,12 +235,12 @@ class Recording:
         self.samples_run += 1
         return self.samples_run - 1
 
-    def _number_run(self) -> int:
+    def _number_run(self, run: _Run) -> int:
         """The open run's sample index, given now (its first call or value)."""
         with self._lock:
-            if self.sample == _UNNUMBERED:
-                self.sample = self._next_index(warmup=self._run_warmup)
-            return self.sample
+            if run.sample == _UNNUMBERED:
+                run.sample = self._next_index(warmup=run.open_warmup)
+            return run.sample
 
     def begin_run(self, *, warmup: bool, started_ns: int | None = None) -> None:
         """The plugin runs the test body once: a sample, numbered when it is first used. It
@@ -208,47 +248,79 @@ class Recording:
         makes the recording."""
         now = time.perf_counter_ns()
         with self._lock:
-            self._run_open, self._run_warmup, self._marked_in_run = True, warmup, False
-            self.sample, self.warmup = _UNNUMBERED, warmup
-            self.started_ns = now if started_ns is None else started_ns
+            self._begin(self._main, warmup, now if started_ns is None else started_ns, None)
 
     def end_run(self) -> None:
         now = time.perf_counter_ns()  # first: the run's end, not the lock's wait
         with self._lock:
-            if self.sample == _UNNUMBERED and not self._marked_in_run:
-                # Nothing happened: still a sample, and a turn (a body that needed no call).
-                self.sample = self._next_index(warmup=self._run_warmup)
-            self._close(now)
-            self._run_open = False
-            self.sample, self.warmup = OUTSIDE, False
+            self._end(self._main, now)
+
+    @contextlib.contextmanager
+    def run(self, *, warmup: bool, intended_ns: int | None = None) -> Iterator[None]:
+        """One run of the body in this thread or task, which may overlap others (the plugin's
+        concurrent and open-loop samples): its calls and values are its sample's, and its span
+        starts now and, under an open-loop rate, was meant to start at `intended_ns`."""
+        run = _Run()
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._begin(run, warmup, now, intended_ns)
+            self._open.append(run)
+        token = _CURRENT.set((self, run))
+        try:
+            yield
+        finally:
+            _CURRENT.reset(token)
+            now = time.perf_counter_ns()
+            with self._lock:
+                self._end(run, now)
+                self._open.remove(run)
+
+    @staticmethod
+    def _begin(run: _Run, warmup: bool, started_ns: int, intended_ns: int | None) -> None:
+        run.open, run.open_warmup, run.marked = True, warmup, False
+        run.sample, run.warmup = _UNNUMBERED, warmup
+        run.started_ns, run.intended_ns = started_ns, intended_ns
+
+    def _end(self, run: _Run, now: int) -> None:
+        if run.sample == _UNNUMBERED and not run.marked:
+            # Nothing happened: still a sample, and a turn (a body that needed no call).
+            run.sample = self._next_index(warmup=run.open_warmup)
+        self._close(run, now)
+        run.open = False
+        run.sample, run.warmup, run.intended_ns = OUTSIDE, False, None
 
     def begin_sample(self, *, warmup: bool) -> None:
         """The body marks a sample of its own; inside a warmup run it is a warmup sample too."""
         now = time.perf_counter_ns()
         with self._lock:
+            run = self._here()
             # The run's sample, if something made it one, gets nothing more from here on: it
             # ends now (and so does a sample the body marked inside another).
-            self._close(now)
-            if self._run_open:
-                self._marked_in_run = True
-                warmup = warmup or self._run_warmup
-            self.warmup = warmup
-            self.sample = self._next_index(warmup=warmup)
-            self.started_ns = now
+            self._close(run, now)
+            if run.open:
+                run.marked = True
+                warmup = warmup or run.open_warmup
+            run.warmup = warmup
+            run.sample = self._next_index(warmup=warmup)
+            # The body's own sample starts when it says so: no schedule was meant for it.
+            run.started_ns, run.intended_ns = now, None
 
     def end_sample(self) -> None:
         now = time.perf_counter_ns()
         with self._lock:
-            self._close(now)
+            run = self._here()
+            self._close(run, now)
             # Between and after the body's own samples, its calls are outside any sample.
-            self.sample = OUTSIDE
-            self.warmup = self._run_warmup if self._run_open else False
+            run.sample = OUTSIDE
+            run.warmup = run.open_warmup if run.open else False
 
-    def _close(self, now: int) -> None:
+    def _close(self, run: _Run, now: int) -> None:
         """The open sample's span ends at `now` (none is open outside samples, nor while the
         run has no number yet)."""
-        if self.sample not in (OUTSIDE, _UNNUMBERED):
-            self.spans.append(SampleSpan(self.sample, self.warmup, self.started_ns, now))
+        if run.sample not in (OUTSIDE, _UNNUMBERED):
+            self.spans.append(
+                SampleSpan(run.sample, run.warmup, run.started_ns, now, run.intended_ns)
+            )
 
     def record_value(self, metric: str, value: float) -> None:
         spec = METRICS.get(metric)
@@ -262,12 +334,13 @@ class Recording:
                 'give a model its price in budgets.toml under [prices."<model>"]'
             )
         number = _finite(metric, value)
-        sample = self.sample
+        run = self._here()
+        sample = run.sample
         if sample == _UNNUMBERED:
-            sample = self._number_run()
+            sample = self._number_run(run)
         elif sample == OUTSIDE:
             sample = max(self.samples_run - 1, 0)
-        self.manual.append(ManualValue(sample, self.warmup, metric, number))
+        self.manual.append(ManualValue(sample, run.warmup, metric, number))
 
     def calls(self) -> tuple[Call, ...]:
         """Every call so far, grouped; kept (not regrouped, not reparsed) until a new attempt

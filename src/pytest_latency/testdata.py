@@ -10,8 +10,8 @@ controller only: in the process that ran the test the plugin keeps the object it
 test is diagnosed, the fingerprints only its own diagnosis reads leave the record (`diagnosed`),
 so neither the report payload nor the controller's memory carries them.
 
-May import `calls`, `pools`, `verdicts`, `diagnose` (the `Finding` type), `metrics`; never pytest,
-never `results` or `report`.
+May import `calls`, `pools`, `verdicts`, `diagnose` (the `Finding` type), `metrics`, `load` (the
+`Load` type); never pytest, never `results` or `report`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pytest_latency.pools import Pool
 
 if TYPE_CHECKING:
     from pytest_latency.diagnose import Finding
+    from pytest_latency.load import Load
     from pytest_latency.recording import Measured
     from pytest_latency.verdicts import Judgement
 
@@ -61,6 +62,10 @@ class TestData:
     confidence: float | None = None
     # Carried on a teardown report: calls made after the call report, to add to the test's.
     teardown: bool = False
+    # The load shape its samples ran under (concurrency, an open-loop rate); None: sequential.
+    load: Load | None = None
+    # The sweep it is one level of (`plugin._sweep.sweep_name`: its node id, the level as `*`).
+    sweep: str | None = None
     _pool: Pool | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -147,6 +152,10 @@ class TestData:
                 out[name] = getattr(self, name)
         if self.teardown:
             out["teardown"] = True
+        if self.load is not None:
+            out["load"] = self.load._asdict()
+        if self.sweep is not None:
+            out["sweep"] = self.sweep
         return out
 
     @classmethod
@@ -167,7 +176,13 @@ class TestData:
                 for m in data.get("manual", ())
             ),
             spans=tuple(
-                SampleSpan(int(span[0]), bool(span[1]), int(span[2]), int(span[3]))
+                SampleSpan(
+                    int(span[0]),
+                    bool(span[1]),
+                    int(span[2]),
+                    int(span[3]),
+                    int(span[4]) if len(span) > 4 and span[4] is not None else None,
+                )
                 for span in data.get("spans", ())
             ),
             location=(str(location[0]), location[1]) if location else None,
@@ -184,7 +199,17 @@ class TestData:
             flagged_policy=data.get("flagged_policy"),
             confidence=data.get("confidence"),
             teardown=bool(data.get("teardown", False)),
+            load=_load_of(data.get("load")),
+            sweep=data.get("sweep"),
         )
+
+
+def _load_of(data: object) -> Load | None:
+    if not isinstance(data, dict):
+        return None
+    from pytest_latency.load import Load
+
+    return Load(**{k: v for k, v in data.items() if k in Load._fields})
 
 
 __all__ = ["TestData", "Wire"]

@@ -17,6 +17,7 @@ from pytest_latency.budgets._errors import BudgetError, BudgetErrors
 from pytest_latency.budgets._expression import (
     FILTER_KEYS,
     GOOD,
+    LEVEL_FILTER_KEYS,
     OPS,
     TIME_UNITS,
     Condition,
@@ -39,6 +40,7 @@ from pytest_latency.budgets._tolerance import MAX_TOLERANCE, parse_tolerance
 __all__ = [
     "FILTER_KEYS",
     "GOOD",
+    "LEVEL_FILTER_KEYS",
     "MAX_EXPRESSION_LENGTH",
     "MAX_SAMPLES",
     "MAX_THRESHOLD",

@@ -40,7 +40,10 @@ OPS: Final[tuple[Op, ...]] = ("<", "<=", ">", ">=")
 # from other metrics per call, and the catalogue stays the list of things we measure.
 GOOD: Final = "good"
 
-FILTER_KEYS: Final = ("api", "endpoint", "model")
+# `api`, `endpoint`, `model` select calls; `concurrency` and `rate` select the level of a sweep
+# a test runs at (`plugin._sweep`: a budget on any other test's level applies to none).
+LEVEL_FILTER_KEYS: Final = ("concurrency", "rate")
+FILTER_KEYS: Final = ("api", "concurrency", "endpoint", "model", "rate")
 
 # Microseconds per unit. Both the micro sign (U+00B5, what keyboards type) and the Greek mu
 # (U+03BC, what NFKC turns the micro sign into) are accepted, because they render identically.

@@ -1,16 +1,16 @@
 """budgets.toml: loading and validating it into a `BudgetFile`, and choosing a test's rules.
 
-Owns `Defaults` (`[defaults]` sampling), `BudgetRule` (one `[[budget]]`: a node-id glob and/or a
-marker, and its expectations), `PriceOverride` (one `[prices."<model>"]`: a model's price per
-million tokens, for self-hosted models and negotiated rates; `pricing` applies it), `BudgetFile`
-(the whole file, with the `[session]` budgets), the
+Owns `Defaults` (`[defaults]` sampling and load shape), `BudgetRule` (one `[[budget]]`: a node-id
+glob and/or a marker, its expectations and its load shape), `PriceOverride` (one
+`[prices."<model>"]`: a model's price per million tokens, for self-hosted models and negotiated
+rates; `pricing` applies it), `BudgetFile` (the whole file, with the `[session]` budgets), the
 file's schema and its limits, and turning every mistake (unreadable, not UTF-8, invalid TOML, a
-wrong key or value, a bad expression) into a `BudgetError` that names `file:line`: every
-mistake of the file, in file order (`BudgetErrors` when there are several), except in text
-that is not TOML at all, where tomllib stops at the first.
+wrong key or value, a bad expression) into a `BudgetError` that names `file:line`: every mistake of
+the file, in file order (`BudgetErrors` when there are several), except in text that is not TOML at
+all, where tomllib stops at the first.
 tomllib is the parser of record; `_lines` only finds where a path is.
-Imports only the stdlib, `pytest_latency.catalogue` (through its siblings) and its siblings;
-never pytest.
+Imports only the stdlib, `pytest_latency.catalogue` (through its siblings), `pytest_latency.load`
+(which checks the load keys' values) and its siblings; never pytest.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from pytest_latency.budgets._errors import BudgetError, BudgetErrors, quote
-from pytest_latency.budgets._expression import Expectation
+from pytest_latency.budgets._expression import LEVEL_FILTER_KEYS, Expectation
 from pytest_latency.budgets._lines import Lines
 from pytest_latency.budgets._lines import Path as _Path
 from pytest_latency.budgets._parser import parse_expectation
+from pytest_latency.load import LOAD_KEYS, LoadError, read_value
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,19 +44,27 @@ __all__ = [
     "BudgetFile",
     "BudgetRule",
     "Defaults",
+    "LoadValues",
     "PriceOverride",
     "load_budget_file",
     "parse_budget_file",
 ]
 
 
+# The load keys a table gives (`load.LOAD_KEYS`), each value checked by `load.read_value`, in
+# the order written; the plan overlays them on the marker's (`plugin._sampling.plan_for`).
+LoadValues = tuple[tuple[str, int | float | str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Defaults:
-    """`[defaults]`: sampling for every budgeted test whose marker does not say otherwise."""
+    """`[defaults]`: sampling and load for every budgeted test whose marker does not say
+    otherwise."""
 
     samples: int | None = None
     warmup: int | None = None
     max_samples: int | None = None
+    load: LoadValues = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +79,7 @@ class BudgetRule:
     select: str | None = None
     marker: str | None = None
     source: str = ""
+    load: LoadValues = ()
 
     def selects(self, nodeid: str, markers: Sequence[str] = ()) -> bool:
         if self.select is not None and not _glob(nodeid, self.select):
@@ -121,8 +131,9 @@ PRICE_KEYS: Final = ("input", "output", "cache_read", "cache_write", "cache_writ
 _MAX_PRICE: Final = 1e6
 # A run-away sample count would turn one test into hours of API spend; cap it visibly.
 MAX_SAMPLES: Final = 100_000
-_DEFAULT_KEYS: Final = ("samples", "warmup", "max_samples")
-_RULE_KEYS: Final = ("select", "marker", "expect")
+_SAMPLING_KEYS: Final = ("samples", "warmup", "max_samples")
+_DEFAULT_KEYS: Final = _SAMPLING_KEYS + LOAD_KEYS
+_RULE_KEYS: Final = ("select", "marker", "expect", *LOAD_KEYS)
 _SESSION_KEYS: Final = ("expect",)
 
 
@@ -239,6 +250,12 @@ class _FileReader:
         return BudgetFile(self.path, defaults, tuple(rules), session, tuple(prices))
 
     def top_level(self, key: str) -> None:
+        if key in LOAD_KEYS:
+            self.fail(
+                f"{key!r} is a key of [defaults] or of a [[budget]] rule, not a table: put it "
+                f"under one of those headers (keys above the first [header] are top-level)",
+                (key,),
+            )
         if key in _DEFAULT_KEYS:
             self.fail(
                 f"{key!r} is a key of [defaults], not a table: put it under a [defaults] "
@@ -318,13 +335,17 @@ class _FileReader:
 
     def defaults(self, table: Any) -> Defaults:
         values: dict[str, int | None] = {}
+        load: list[tuple[str, int | float | str]] = []
         with self.check():
             if not isinstance(table, dict):
                 self.fail("'defaults' must be a table: [defaults]", ("defaults",))
             for key, value in table.items():
                 with self.check():
-                    values[key] = self.default(key, value)
-        defaults = Defaults(**values)
+                    if key in LOAD_KEYS:
+                        load.append((key, self.load_value(key, value, ("defaults", key))))
+                    else:
+                        values[key] = self.default(key, value)
+        defaults = Defaults(**values, load=tuple(load))
         with self.check():
             if (
                 defaults.samples is not None
@@ -348,6 +369,17 @@ class _FileReader:
             self.fail(f"{key} = {value} is over the limit of {MAX_SAMPLES}", at)
         return value
 
+    def load_value(self, key: str, value: Any, at: _Path) -> int | float | str:
+        """One load key's value, checked as the marker's are (`load.read_value`)."""
+        try:
+            checked = read_value(key, value)
+        except LoadError as exc:
+            self.fail(str(exc), at)
+        assert isinstance(checked, int | float | str)
+        # The file keeps what was written (a rate stays "20/s"): the plan reads it again, with
+        # the marker's values, and every output names the rate as the user wrote it.
+        return value if key == "rate" else checked
+
     def rule(self, table: dict[str, Any], index: int) -> BudgetRule:
         here: _Path = ("budget", index)
         failed = len(self.errors)
@@ -370,10 +402,15 @@ class _FileReader:
                     "a [[budget]] needs 'select' (a node-id glob) and/or 'marker' to choose tests",
                     here,
                 )
+        load: list[tuple[str, int | float | str]] = []
+        for key in LOAD_KEYS:
+            if key in table:
+                with self.check():
+                    load.append((key, self.load_value(key, table[key], (*here, key))))
         expectations = self.expectations(table, here, "[[budget]]", misspelled=misspelled)
         if len(self.errors) > failed:
             raise _Skip  # recorded already; a rule with a wrong key is no rule
-        return BudgetRule(expectations, select, marker, self.where(here))
+        return BudgetRule(expectations, select, marker, self.where(here), tuple(load))
 
     def expectations(
         self, table: dict[str, Any], here: _Path, what: str, *, misspelled: bool = False
@@ -416,6 +453,13 @@ class _FileReader:
         except BudgetError as exc:
             self.errors.append((self.lines.line_of(item_at), exc))
             raise _Skip from None
+        if what == "[session]" and any(k in LEVEL_FILTER_KEYS for k, _ in expectation.filters):
+            self.fail(
+                f"{quote(expectation.text)}: a level filter ({', '.join(LEVEL_FILTER_KEYS)}) "
+                "chooses the tests of a sweep; [session] pools every call of the run: put it in "
+                "a [[budget]] or the test's marker",
+                item_at,
+            )
         previous, first = seen.setdefault(expectation.meaning, (expectation, item_at))
         if first != item_at:
             self.fail(

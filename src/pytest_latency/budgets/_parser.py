@@ -34,6 +34,7 @@ from pytest_latency.budgets._errors import BudgetError
 from pytest_latency.budgets._expression import (
     FILTER_KEYS,
     GOOD,
+    LEVEL_FILTER_KEYS,
     MONEY_UNITS,
     TIME_UNITS,
     VALUE_STOP,
@@ -241,7 +242,9 @@ class _Parser:
         self.skip_ws()
         filters_at = self.pos
         filters = self.filters()
-        if filters and not spec.filterable:
+        # A level filter ({concurrency=16}) chooses the test of a sweep, not calls: any metric
+        # takes one.
+        if any(key not in LEVEL_FILTER_KEYS for key, _ in filters) and not spec.filterable:
             self.fail(
                 f"{spec.name} is the {spec.summary} and takes no filter: filters select calls, "
                 f"and a sample's {spec.name} is no call's",

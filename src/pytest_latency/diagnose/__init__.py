@@ -2,7 +2,8 @@
 
 Owns the findings (DESIGN.md's stable kinds: prefill_bound, decode_bound, unstable_prefix,
 below_cache_minimum, cache_fields_absent, serial_independent_calls, consumer_bound,
-client_saturated, too_few_samples; and cpu_starved and gc_paused, issue #14; unpriced_model, #18),
+client_saturated, too_few_samples; and cpu_starved and gc_paused, issue #14; unpriced_model, #18;
+schedule_slipped, #17),
 their titles and order, the thresholds every check reads, the derived numbers they rest on (the
 prefill/decode split and its leaning, the prefill cost fit, how far a sample's calls overlap), the
 what-ifs (fan-out to K parallel calls, hedging) and their short terminal rendering. Everything is
@@ -14,7 +15,8 @@ needs) and `audit` (the words for what escaped capture); never pytest. See docs/
 
 Private modules: `_finding` (the value, kinds, titles, thresholds), `_phases` (prefill/decode),
 `_cache` (prompt-cache health), `_serial` (serial-but-independent calls, overlap, step counts),
-`_whatif` (fan-out and hedging on the smoothed empirical distribution).
+`_whatif` (fan-out and hedging on the smoothed empirical distribution), `_schedule` (samples in
+flight and an open loop's schedule kept or slipped).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pytest_latency.diagnose._finding import (
     GC_PAUSED,
     KINDS,
     PREFILL_BOUND,
+    SCHEDULE_SLIPPED,
     SERIAL_INDEPENDENT_CALLS,
     TOO_FEW_SAMPLES,
     UNPRICED_MODEL,
@@ -57,6 +60,7 @@ from pytest_latency.diagnose._phases import (
     phase_findings,
     phase_split,
 )
+from pytest_latency.diagnose._schedule import LoadFigures, knee, load_figures, schedule_finding
 from pytest_latency.diagnose._serial import (
     Overlap,
     SampleSchedule,
@@ -97,6 +101,7 @@ __all__ = [
     "HEDGE_PERCENTILES",
     "KINDS",
     "PREFILL_BOUND",
+    "SCHEDULE_SLIPPED",
     "SERIAL_INDEPENDENT_CALLS",
     "TOO_FEW_SAMPLES",
     "UNPRICED_MODEL",
@@ -104,6 +109,7 @@ __all__ = [
     "FanOutRow",
     "Finding",
     "Hedge",
+    "LoadFigures",
     "Overlap",
     "PhaseColumns",
     "PhaseSplit",
@@ -120,7 +126,9 @@ __all__ = [
     "fit_prefill",
     "hedge",
     "hedged_quantile",
+    "knee",
     "leaning",
+    "load_figures",
     "overlap",
     "overlap_of",
     "phase_split",
@@ -279,6 +287,9 @@ def diagnose_test(
     (made under the inconclusive `policy` at `confidence`, when known)."""
     found = diagnose_calls(pool.finals, thresholds)
     found.extend(serial_findings(pool, thresholds))
+    slipped = schedule_finding(load_figures(pool, thresholds), thresholds)
+    if slipped is not None:
+        found.append(slipped)
     found.extend(_budget_findings(judgements, policy, confidence))
     return found
 
@@ -324,9 +335,11 @@ def what_ifs(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
 def test_figures(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any]:
     """A test's derived numbers as plain data, computed once where the test ran: its what-ifs,
     its time split (`prefill_share`, `leaning`, `n`), its prefill fit and how its samples'
-    calls overlap. The result file copies them; nothing recomputes them."""
+    calls overlap, and the load its samples ran under (`load`: in flight, an open loop's
+    lateness). The result file copies them; nothing recomputes them."""
     split = phase_split(pool.ok, thresholds)
     shape = overlap(pool, thresholds)
+    load = load_figures(pool, thresholds)
     return {
         "what_ifs": what_ifs(pool, thresholds),
         "phase": None
@@ -334,6 +347,7 @@ def test_figures(pool: Pool, thresholds: Thresholds = DEFAULTS) -> dict[str, Any
         else {"prefill_share": split.share, "leaning": split.leaning, "n": split.n},
         "prefill_fit": (split.fit if split is not None else fit_prefill(pool.ok)).to_dict(),
         "concurrency": None if shape is None else shape.to_dict(),
+        "load": None if load is None else load.to_dict(),
     }
 
 

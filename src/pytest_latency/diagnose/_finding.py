@@ -26,6 +26,7 @@ GC_PAUSED: Final = "gc_paused"
 UNPRICED_MODEL: Final = "unpriced_model"
 CAPTURE_ESCAPED: Final = "capture_escaped"
 TOO_FEW_SAMPLES: Final = "too_few_samples"
+SCHEDULE_SLIPPED: Final = "schedule_slipped"
 # The stable kinds with their readable titles, in the order readers are shown them: the levers
 # first, the caveats last (docs/diagnosis.md).
 TITLES: Final[Mapping[str, str]] = {
@@ -39,6 +40,7 @@ TITLES: Final[Mapping[str, str]] = {
     CLIENT_SATURATED: "Client saturated",
     CPU_STARVED: "Busy machine",
     GC_PAUSED: "Garbage-collection pauses",
+    SCHEDULE_SLIPPED: "Open-loop schedule slipped",
     UNPRICED_MODEL: "No price for the model",
     CAPTURE_ESCAPED: "Traffic that bypassed capture",
     TOO_FEW_SAMPLES: "Too few samples",
@@ -99,6 +101,14 @@ class Thresholds:
     # A test whose multi-call samples run at this concurrency or more runs its calls in parallel
     # (fan-out); below it, one after another.
     parallel_concurrency: float = 1.3
+    # schedule_slipped: an open loop's sample that started more than this after its intended
+    # start (µs) is late; the finding speaks when at least this share of the samples were.
+    # 10 ms: a thread or task starts within ~1 ms on an idle machine, a few ms on a busy one.
+    schedule_late_us: float = 10_000.0
+    schedule_slip_share: float = 0.05
+    # The knee of a sweep (`concurrency=[1, 4, 16]`): the last level whose p95 ttft is within
+    # this factor of the lowest level's, when a higher level's is past it.
+    knee_ratio: float = 1.5
 
     def cache_minimum(self, api: str) -> int:
         if isinstance(self.cache_min_tokens, int):

@@ -162,6 +162,10 @@ class CallMetrics:
     # being handed over: the attempts the SDK retried and its back-off. 0 for a first attempt;
     # stamped when attempts are grouped into a call (`calls.Call.of`), never by `call_metrics`.
     waited_us: float = 0.0
+    # µs from the intended start of this attempt's sample (an open-loop rate's schedule) to its
+    # call's first hand-off: the `queue` metric, the same for every attempt of the call. None in
+    # a closed loop; stamped when attempts are grouped into a call, never by `call_metrics`.
+    queued_us: float | None = None
     # The call's price in micro-US-dollars (`cost`), what its cache reads saved and its cache
     # writes cost extra against plain input, and which table priced it or why none did
     # (`pricing`: "genai-prices", "budgets.toml", "no price", "no usage"). Stamped by

@@ -51,6 +51,7 @@ from pytest_latency.plugin._state import (
     WORKER_NAME,
     RunState,
 )
+from pytest_latency.plugin._sweep import pytest_generate_tests
 
 __all__ = [
     "anthropic_client",
@@ -65,6 +66,7 @@ __all__ = [
     "openai_client",
     "pytest_addoption",
     "pytest_configure",
+    "pytest_generate_tests",
     "pytest_make_collect_report",
     "pytest_report_header",
     "pytest_sessionfinish",

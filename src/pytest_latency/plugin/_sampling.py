@@ -1,20 +1,23 @@
 """Sampling and verdicts: what each test is held to, how often its body runs, and the judgement.
 
-Owns the per-test sampling plan (the `latency` marker overlaid on the budgets file), its
-validation at collection time (a bad marker is a collection error naming the test), the sample
-loop (warmup, samples, and more samples while a verdict is inconclusive, up to max_samples), the
+Owns the per-test sampling plan (the `latency` marker overlaid on the budgets file, its load shape
+included), its validation at collection time (a bad marker is a collection error naming the
+test), the sample loop (warmup, samples, and more samples while a verdict is inconclusive, up to
+max_samples; one at a time, or in batches under a load shape, which `_load` runs), the
 attribution of calls to the running test, and the call-phase verdict that fails a test on a
 missed budget. Its measurements ride on the call report as plain data.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_latency.plugin import _sweep
 from pytest_latency.plugin._state import (
     PLAN_KEY,
     REPORT_ATTRIBUTE,
@@ -29,6 +32,8 @@ from pytest_latency.policies import effective_policy
 
 if TYPE_CHECKING:
     from pytest_latency.budgets import Expectation
+    from pytest_latency.load import Load
+    from pytest_latency.plugin._load import Batch
     from pytest_latency.plugin._routing import Router
     from pytest_latency.recording import Recording
     from pytest_latency.testdata import TestData
@@ -37,7 +42,11 @@ if TYPE_CHECKING:
 # The statistics, the budget grammar and the diagnosis are imported where a test needs them, not
 # at plugin load: pytest loads the plugin in every session of the environment.
 
-_MARKER_KWARGS = ("samples", "warmup", "max_samples")
+_SAMPLING_KWARGS = ("samples", "warmup", "max_samples")
+# The load shape's keys (`load.LOAD_KEYS`), spelled here too: the plan is read for every test
+# with a marker, and `load` loads only for a test that gives one of them.
+_LOAD_KWARGS = ("concurrency", "rate", "arrival", "burstiness", "seed")
+_MARKER_KWARGS = _SAMPLING_KWARGS + _LOAD_KWARGS
 
 NO_CALLS_HINT = (
     "pytest-latency: this test has latency budgets but made no captured LLM call.\n"
@@ -62,6 +71,11 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
     source = f"{item.nodeid} @pytest.mark.latency"
     own: list[Expectation] = []
     sampling: dict[str, int] = {}
+    # Each load key's value and where it was written (the closest marker's, else the file's).
+    shape: dict[str, tuple[object, str]] = {}
+    # A test of a sweep: its level, and every level of its sweep (read as `load` reads them).
+    level = _sweep.level_of(item)
+    swept: tuple[object, ...] = ()
     # Closest marker first: its sampling wins; expectations from every level add up.
     for marker in markers:
         unknown = set(marker.kwargs) - set(_MARKER_KWARGS)
@@ -80,10 +94,16 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
                     f"{expectation.text!r}; remove one"
                 )
             own.append(expectation)
-        for name in _MARKER_KWARGS:
+        for name in _SAMPLING_KWARGS:
             if name in marker.kwargs and name not in sampling:
                 minimum = 0 if name == "warmup" else 1
                 sampling[name] = _count(marker.kwargs[name], name, minimum, source)
+        for name in _LOAD_KWARGS:
+            if name in marker.kwargs and name not in shape:
+                value = marker.kwargs[name]
+                if isinstance(value, list | tuple):  # a sweep: this test runs one level of it
+                    value, swept = _level_value(name, marker.kwargs, level, source)
+                shape[name] = (value, source)
     # A marker beats the file for its test: a file budget on the same statistic gives way.
     own_labels = {e.label for e in own}
     from_file = [e for rule in rules for e in rule.expectations if e.label not in own_labels]
@@ -93,7 +113,73 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
     max_samples = sampling.get("max_samples") or (defaults.max_samples if defaults else None)
     if max_samples is not None and max_samples < samples:
         raise BudgetError(f"{source}: max_samples={max_samples} is below samples={samples}")
-    return SamplingPlan(tuple(own + from_file), samples, warmup or 0, max_samples or samples)
+    for rule in rules:
+        for name, value in rule.load:
+            shape.setdefault(name, (value, rule.source))
+    if defaults is not None:
+        for name, value in defaults.load:
+            shape.setdefault(name, (value, f"{budget_file.path if budget_file else ''} [defaults]"))
+    load = _load_of(shape, item.nodeid) if shape else None
+    expectations = tuple(e for e in own + from_file if _applies(e, load, level, swept, source))
+    return SamplingPlan(expectations, samples, warmup or 0, max_samples or samples, load)
+
+
+def _level_value(
+    name: str, kwargs: Mapping[str, object], level: _sweep.Level | None, source: str
+) -> tuple[object, tuple[object, ...]]:
+    """The value of a swept key for this test (its level's), and every level of the sweep."""
+    from pytest_latency.budgets import BudgetError
+    from pytest_latency.load import LoadError, read_value
+
+    try:
+        _sweep.check_sweep(kwargs)
+        levels = tuple(read_value(name, v) for v in kwargs[name])  # type: ignore[attr-defined]
+    except (_sweep.SweepError, LoadError) as exc:
+        raise BudgetError(f"{source}: {exc}") from None
+    if level is None or level.key != name:
+        raise BudgetError(
+            f"{source}: {name}={kwargs[name]!r} is a sweep, whose levels are made when the test "
+            "is collected: give it in the marker on the test, its class or its module"
+        )
+    return level.value, levels
+
+
+def _applies(
+    expectation: Expectation,
+    load: Load | None,
+    level: _sweep.Level | None,
+    swept: tuple[object, ...],
+    source: str,
+) -> bool:
+    """Whether a budget applies to this test: always, unless it names a level
+    (`ttft{concurrency=16}.p95 < 800ms`) the test does not run at."""
+    if not any(key in _sweep.SWEPT for key, _ in expectation.filters):
+        return True
+    from pytest_latency.budgets import BudgetError
+
+    try:
+        return _sweep.applies(expectation, load, level, swept)
+    except _sweep.SweepError as exc:
+        raise BudgetError(f"{source}: {exc}") from None
+
+
+def _load_of(shape: dict[str, tuple[object, str]], nodeid: str) -> Load:
+    """The test's load shape from each key's value and where it came from; a bad value is a
+    `BudgetError` naming that place (a marker's test, or the file's line)."""
+    from pytest_latency.budgets import BudgetError
+    from pytest_latency.load import LoadError, load_of, read_value
+
+    values: dict[str, object] = {}
+    for name, (value, where) in shape.items():
+        try:
+            values[name] = read_value(name, value)
+        except LoadError as exc:
+            raise BudgetError(f"{where}: {exc}") from None
+    try:
+        return load_of(values)
+    except LoadError as exc:
+        places = sorted({where for _, where in shape.values()})
+        raise BudgetError(f"{' and '.join(places)}: {nodeid}: {exc}") from None
 
 
 def _count(value: object, name: str, minimum: int, source: str) -> int:
@@ -335,6 +421,22 @@ def attach(report: pytest.TestReport, test: TestData, handoff: Handoff) -> None:
     handoff.records[id(report)] = test
 
 
+class _Pending:
+    """The batch an async test's swapped function runs when the sampler next runs its body."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self) -> None:
+        self.batch: Batch | None = None
+
+    def current(self) -> Batch:
+        assert self.batch is not None, "the sampler runs the body only with a batch pending"
+        return self.batch
+
+
+_BATCH_KEY = pytest.StashKey[_Pending]()
+
+
 class Sampler:
     """The hooks of tests with a sampling plan: the sample loop and the verdict."""
 
@@ -365,6 +467,10 @@ class Sampler:
                     call_body(pyfuncitem=pyfuncitem)
                 finally:
                     recording.end_run()
+
+        load = plan.load
+        if load is not None and not load.sequential:
+            run_samples = self._load_loop(pyfuncitem, recording, load, call_body)
 
         from pytest_latency.plugin._warm import warm_imported
 
@@ -399,6 +505,59 @@ class Sampler:
             run_samples(more, warmup=False)
         return True
 
+    def _load_loop(
+        self,
+        item: pytest.Function,
+        recording: Recording,
+        load: Load,
+        call_body: Callable[..., object],
+    ) -> Callable[..., None]:
+        """The sample loop under a load shape: each `run_samples(count)` runs one batch, in
+        threads (a sync test) or as tasks of one run of the body (an async test, whose function
+        `pytest_runtest_call` swapped for the batch)."""
+        from pytest_latency.load import Schedule
+        from pytest_latency.plugin import _load
+
+        schedule = Schedule(load) if load.open_loop else None
+        holder = item.stash.get(_BATCH_KEY, None)
+
+        def run_samples(count: int, *, warmup: bool) -> None:
+            if count <= 0:
+                return
+            batch = _load.batch_of(recording, load, schedule, count, warmup=warmup)
+            if holder is not None:
+                holder.batch = batch
+                call_body(pyfuncitem=item)
+            else:
+                _load.run_threads(batch, lambda: call_body(pyfuncitem=item))
+
+        return run_samples
+
+    # An async test's samples run as tasks on its own loop: for the call phase its function is
+    # one coroutine function running a batch of them (`plugin._load.async_batch`), which
+    # pytest-asyncio or anyio then runs on the loop as it would the test's own.
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
+        plan = item.stash.get(PLAN_KEY, None)
+        if (
+            plan is None
+            or plan.load is None
+            or plan.load.sequential
+            or not isinstance(item, pytest.Function)
+            or not inspect.iscoroutinefunction(item.obj)
+        ):
+            return (yield)
+        from pytest_latency.plugin._load import async_batch
+
+        holder = item.stash[_BATCH_KEY] = _Pending()
+        original = item.obj
+        item.obj = async_batch(original, holder.current)
+        try:
+            return (yield)
+        finally:
+            item.obj = original
+            del item.stash[_BATCH_KEY]
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -414,6 +573,10 @@ class Sampler:
 
             recording = Recording(item.nodeid)
         test = _record_of(recording, report)
+        test.load = plan.load
+        level = _sweep.level_of(item)
+        if level is not None:
+            test.sweep = _sweep.sweep_name(item.nodeid, level)
         judgements: Sequence[Judgement] = ()
         if plan.budgeted:
             from pytest_latency.verdicts import confidence_for_looks, judge

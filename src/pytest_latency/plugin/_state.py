@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_latency.audit import Audit, Escape
     from pytest_latency.budgets import BudgetFile, Expectation
     from pytest_latency.diagnose import Finding
+    from pytest_latency.load import Load
     from pytest_latency.results import Comparison
     from pytest_latency.sim import SimServer
     from pytest_latency.testdata import TestData
@@ -81,6 +82,8 @@ class SamplingPlan(NamedTuple):
     samples: int
     warmup: int
     max_samples: int  # == samples unless inconclusive verdicts may draw more
+    # How the samples are started (concurrency, an open-loop rate); None: one after another.
+    load: Load | None = None
 
     @property
     def budgeted(self) -> bool:

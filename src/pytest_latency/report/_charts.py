@@ -373,6 +373,69 @@ def prefill_chart(
     )
 
 
+# ---- a sweep: figures against the load ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSeries:
+    """One figure of a sweep's levels (`ttft p95`), None where a level has none."""
+
+    metric: str  # the series' colour: ttft, tpot, e2e
+    label: str
+    values: tuple[float | None, ...]
+
+
+def load_chart(
+    title: str,
+    x_label: str,
+    levels: Sequence[float],
+    series: Sequence[LoadSeries],
+    knee: int | None,
+) -> Chart:
+    """Figures (µs) against the load of a sweep's levels (concurrency or rate, log scale when
+    they span 8× or more), each level a dot; the knee, when there is one, a dashed vertical."""
+    values = [v for s in series for v in s.values if v is not None]
+    if not levels or not values:
+        return Chart(title, x_label, "latency", note="no figures at any level")
+    spread = max(levels) / min(levels) >= 8 if min(levels) > 0 else False
+    if spread:
+        x_lo, x_hi, x_ticks = _log_ticks(min(levels), max(levels), lambda v: f"{v:g}")
+        x_ticks = [Tick(v, f"{v:g}") for v in levels]
+    else:
+        x_lo, x_hi, x_ticks = _linear_ticks(0, max(levels), lambda v: f"{v:g}")
+    y_lo, y_hi, y_ticks = _linear_ticks(0, max(values), fmt.duration)
+    xs = _Scale(x_lo, x_hi, LEFT, WIDTH - RIGHT, log=spread)
+    ys = _Scale(y_lo, y_hi, HEIGHT - BOTTOM, TOP, log=False)
+    lines: list[Polyline] = []
+    dots: list[Dot] = []
+    for s in series:
+        css = _SERIES_CSS.get(s.metric, "")
+        pts = [(level, v) for level, v in zip(levels, s.values, strict=True) if v is not None]
+        lines.append(Polyline(" ".join(f"{xs(x)},{ys(y)}" for x, y in pts), css, s.label))
+        dots.extend(
+            Dot(xs(x), ys(y), css, f"{s.label} at {x_label} {x:g} = {fmt.duration(y)}")
+            for x, y in pts
+        )
+    segments: tuple[Segment, ...] = ()
+    if knee is not None:
+        x = xs(levels[knee])
+        segments = (Segment(x, ys(y_lo), x, ys(y_hi), "fit", f"knee: {x_label} {levels[knee]:g}"),)
+    return Chart(
+        title,
+        x_label + (" (log scale)" if spread else ""),
+        "latency",
+        x_ticks=_pixel_ticks(x_ticks, xs),
+        y_ticks=_pixel_ticks(y_ticks, ys),
+        lines=tuple(lines),
+        dots=tuple(dots),
+        segments=segments,
+        legend=(
+            *(LegendEntry(_SERIES_CSS.get(s.metric, ""), s.label) for s in series),
+            *((LegendEntry("fit", "knee"),) if segments else ()),
+        ),
+    )
+
+
 # ---- per-sample call timeline -------------------------------------------------------------------
 
 MAX_LANES = 24

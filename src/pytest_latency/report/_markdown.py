@@ -3,9 +3,10 @@
 Owns the Markdown layout and the escaping of everything that came from the run (node ids carry
 arbitrary parametrize ids: `|` would split a table cell, `<script>` would reach the page as HTML
 on some renderers, `*`/`_`/`` ` `` would restyle the text), and the short diagnosis and errors
-sections (one line per finding kind for failing or flagged tests; failed calls by error kind).
-May import `results`, `by_hand` (the "by hand" cell) and its siblings `_diagnosis` and `_view`
-(`cache_text`, the cache cell the HTML report shows too); never jinja2.
+sections (one line per finding kind for failing or flagged tests; failed calls by error kind),
+and the load section (tests run concurrently or under a rate). May import `results`, `by_hand`
+(the "by hand" cell) and its siblings `_diagnosis` and `_view` (`cache_text` and `load_text`, the
+cache cell and load sentence the HTML report shows too); never jinja2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pytest_latency import units as fmt
 from pytest_latency.by_hand import FIGURES, by_hand_of_entry
 from pytest_latency.by_hand import HEADER as BY_HAND
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.report._view import cache_text
+from pytest_latency.report._view import cache_text, level_id, load_text, sweep_knee, sweeps
 from pytest_latency.results import (
     MIN_VALUES,
     SIGNIFICANCE,
@@ -73,6 +74,17 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _stat(test: Mapping[str, Any], metric: str, key: str) -> str:
     block = test.get("metrics", {}).get(metric)
     return fmt.value(block.get("unit", "us"), block.get(key)) if block else fmt.ABSENT
+
+
+def _headline(test: Mapping[str, Any]) -> tuple[str, ...]:
+    """The cells a test's row leads with: n, ttft p50 and p95, tpot p50, e2e p95."""
+    return (
+        str(test.get("samples", 0)),
+        _stat(test, "ttft", "p50"),
+        _stat(test, "ttft", "p95"),
+        _stat(test, "tpot", "p50"),
+        _stat(test, "e2e", "p95"),
+    )
 
 
 def _test_verdict(test: Mapping[str, Any]) -> str:
@@ -157,6 +169,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         lines.append("")
     lines += _diagnosis_section(result)
     lines += _errors_section(result)
+    lines += _load_section(tests)
     if tests:
         lines += ["### Tests", ""]
         order = {"fail": 0, "regressed": 1, "inconclusive": 2}
@@ -174,11 +187,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             [
                 (
                     escape(t["nodeid"]),
-                    str(t.get("samples", 0)),
-                    _stat(t, "ttft", "p50"),
-                    _stat(t, "ttft", "p95"),
-                    _stat(t, "tpot", "p50"),
-                    _stat(t, "e2e", "p95"),
+                    *_headline(t),
                     _stat(t, "turn", "p95"),
                     cache_text(t),
                     *((escape(cost_cell(cost)), escape(saved_cell(cost))) if priced else ()),
@@ -192,6 +201,68 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             lines += ["", f"… and {len(tests) - MAX_ROWS} more tests (see the HTML report)."]
         lines.append("")
     return "\n".join(lines)
+
+
+def _load_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The tests run concurrently or under a rate: their load, and the figures from the
+    intended start next to the per-call ones (a stall a closed loop hides shows between them)."""
+    loaded = [(t, text) for t in tests if (text := load_text(t)) is not None]
+    if not loaded:
+        return []
+    lines = ["### Load", ""]
+    lines += _table(
+        ("test", "load", "queue p95", "ttft p95", "ttft_intended p95", "e2e_intended p95"),
+        [
+            (
+                escape(t["nodeid"]),
+                escape(text),
+                _stat(t, "queue", "p95"),
+                _stat(t, "ttft", "p95"),
+                _stat(t, "ttft_intended", "p95"),
+                _stat(t, "e2e_intended", "p95"),
+            )
+            for t, text in loaded[:MAX_ROWS]
+        ],
+    )
+    if len(loaded) > MAX_ROWS:
+        lines.append(f"\n… and {len(loaded) - MAX_ROWS} more.")
+    return [*lines, "", *_sweeps_section(tests)]
+
+
+def _sweeps_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One table per sweep (`concurrency=[1, 4, 16]`): its levels by increasing load, how the
+    figures move with it, and its knee (`report.sweep_knee`)."""
+    lines: list[str] = []
+    for name, levels in sweeps(tests).items():
+        _, knee_sentence = sweep_knee(levels)
+        lines += [f"### Sweep {escape(name)}", "", escape(knee_sentence), ""]
+        lines += _table(
+            (
+                "level",
+                "n",
+                "ttft p50",
+                "ttft p95",
+                "tpot p50",
+                "e2e p95",
+                "queue p95",
+                "ttft_intended p95",
+                "in flight",
+                "verdict",
+            ),
+            [
+                (
+                    escape(level_id(t)),
+                    *_headline(t),
+                    _stat(t, "queue", "p95"),
+                    _stat(t, "ttft_intended", "p95"),
+                    str(t["load"].get("in_flight_max") or fmt.ABSENT),
+                    _test_verdict(t),
+                )
+                for t in levels[:MAX_ROWS]
+            ],
+        )
+        lines.append("")
+    return lines
 
 
 def _flagged(test: Mapping[str, Any]) -> bool:

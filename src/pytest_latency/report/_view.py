@@ -8,7 +8,8 @@ grow with the run), the rollups and the environment. Everything here is plain te
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
 helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads),
 `by_hand` (the "by hand" cell), `spend` (the cost and cache-savings cells, the spend line and
-the price stamp's text), `pools` (the type) and its siblings; never jinja2.
+the price stamp's text), `load` (how a load shape is named), `pools` (the type) and its siblings;
+never jinja2.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_latency import units as fmt
 from pytest_latency.by_hand import by_hand_of_entry
 from pytest_latency.catalogue import FLAG_SPECS
-from pytest_latency.diagnose import leaning, overlap_of, title
+from pytest_latency.diagnose import Thresholds, knee, leaning, overlap_of, title
 from pytest_latency.histogram import LatencyHistogram
 from pytest_latency.report import _charts as charts
 from pytest_latency.report import _diagnosis as diag
@@ -137,6 +138,30 @@ class GroupRow:
 
 
 @dataclass(frozen=True, slots=True)
+class SweepRow:
+    level: str
+    anchor: str | None
+    samples: int
+    ttft_p50: str
+    ttft_p95: str
+    tpot_p50: str
+    e2e_p95: str
+    queue_p95: str
+    ttft_intended_p95: str
+    in_flight: str
+    verdict: str
+    knee: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SweepView:
+    name: str
+    knee: str
+    rows: tuple[SweepRow, ...]
+    charts: tuple[charts.Chart, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ReportView:
     title: str
     subtitle: str
@@ -160,6 +185,7 @@ class ReportView:
     groups: tuple[GroupRow, ...]
     group_charts: tuple[charts.Chart, ...]
     environment: tuple[tuple[str, str], ...]
+    sweeps: tuple[SweepView, ...] = ()
 
     @property
     def by_hand_column(self) -> bool:
@@ -362,6 +388,145 @@ def _calls_statement(test: Mapping[str, Any]) -> Statement | None:
     )
 
 
+def load_text(test: Mapping[str, Any]) -> str | None:
+    """The test's load shape and what was measured of it (its `load` entry), in one sentence;
+    None for a test run one sample at a time. The HTML statement and the Markdown both read it."""
+    entry = test.get("load")
+    if not isinstance(entry, Mapping):
+        return None
+    from pytest_latency.load import Load
+
+    rate = entry.get("rate_per_s")
+    shape = Load(
+        entry.get("concurrency"),
+        rate,
+        entry.get("arrival") or "poisson",
+        entry.get("burstiness") or 1.0,
+    ).describe()
+    text = f"{'Open' if rate is not None else 'Closed'} loop, {shape}"
+    in_flight = entry.get("in_flight_max")
+    if in_flight is not None:
+        text += f": at most {in_flight} sample{'s' if in_flight != 1 else ''} in flight"
+    schedule = entry.get("schedule")
+    if isinstance(schedule, Mapping):
+        text += (
+            f"; samples started {fmt.duration(schedule.get('late_p50_us'))} after their intended "
+            f"start at the median, {fmt.duration(schedule.get('late_max_us'))} at worst "
+            f"({schedule.get('slipped', 0)} of {schedule.get('samples', 0)} more than "
+            f"{fmt.duration(schedule.get('threshold_us'))} late)"
+        )
+    return text + "."
+
+
+def level_id(test: Mapping[str, Any]) -> str:
+    """The level a test of a sweep ran at, as its node id names it (`concurrency=16`): the part
+    its sweep's name writes as `*`."""
+    name = (test.get("load") or {}).get("sweep") or ""
+    head, star, tail = name.partition("=*")
+    nodeid = str(test.get("nodeid", ""))
+    if not star or not nodeid.startswith(head + "=") or not nodeid.endswith(tail):
+        return nodeid
+    key = head.rsplit("[", 1)[-1].rsplit("-", 1)[-1]
+    return f"{key}={nodeid[len(head) + 1 : len(nodeid) - len(tail)]}"
+
+
+def _level_of(test: Mapping[str, Any]) -> tuple[str, float]:
+    """Which key a test of a sweep varies, and its value there as a number (rate per second)."""
+    load = test.get("load") or {}
+    key = level_id(test).split("=", 1)[0]
+    value = load.get("rate_per_s") if key == "rate" else load.get("concurrency")
+    return key, float(value or 0)
+
+
+def sweeps(tests: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The run's sweeps by name, each one's levels by increasing load."""
+    found: dict[str, list[Mapping[str, Any]]] = {}
+    for test in tests:
+        name = (test.get("load") or {}).get("sweep")
+        if isinstance(name, str):
+            found.setdefault(name, []).append(test)
+    return {name: sorted(levels, key=lambda t: _level_of(t)[1]) for name, levels in found.items()}
+
+
+def _p95(test: Mapping[str, Any], metric: str) -> float | None:
+    block = (test.get("metrics") or {}).get(metric)
+    return float(block["p95"]) if isinstance(block, Mapping) and "p95" in block else None
+
+
+def sweep_knee(levels: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
+    """The knee of a sweep's levels (`diagnose.knee` on their ttft p95, by increasing load) and
+    the sentence that says it: the HTML report and the Markdown both read it."""
+    index = knee([_p95(t, "ttft") for t in levels])
+    ratio = f"{Thresholds().knee_ratio:g}×"
+    if index is None:
+        return None, (
+            f"No knee among the levels run: no level's ttft p95 is past {ratio} the lowest load's."
+        )
+    nxt = level_id(levels[index + 1])
+    return index, (
+        f"Knee at {level_id(levels[index])}: the last level whose ttft p95 is within {ratio} the "
+        f"lowest load's; at {nxt} it is {fmt.duration(_p95(levels[index + 1], 'ttft'))}."
+    )
+
+
+def _sweep_view(
+    name: str, levels: Sequence[Mapping[str, Any]], anchors: Mapping[str, str]
+) -> SweepView:
+    index, sentence = sweep_knee(levels)
+    key = _level_of(levels[0])[0]
+    xs = [_level_of(t)[1] for t in levels]
+    x_label = "samples per second" if key == "rate" else "concurrency"
+
+    def series(metric: str, stat: str, css: str) -> charts.LoadSeries:
+        values = []
+        for t in levels:
+            block = (t.get("metrics") or {}).get(metric)
+            values.append(
+                float(block[stat]) if isinstance(block, Mapping) and stat in block else None
+            )
+        return charts.LoadSeries(css, f"{metric} {stat}", tuple(values))
+
+    ttft = [series("ttft", "p50", "ttft"), series("ttft", "p95", "e2e")]
+    if any(_p95(t, "ttft_intended") is not None for t in levels):
+        ttft.append(series("ttft_intended", "p95", "tpot"))
+    drawn = (
+        charts.load_chart("TTFT against load", x_label, xs, ttft, index),
+        charts.load_chart(
+            "TPOT against load",
+            x_label,
+            xs,
+            [series("tpot", "p50", "tpot"), series("tpot", "p95", "e2e")],
+            index,
+        ),
+    )
+    rows = tuple(
+        SweepRow(
+            level=level_id(t),
+            anchor=anchors.get(str(t.get("nodeid"))),
+            samples=int(t.get("samples", 0)),
+            ttft_p50=_stat(_metric(t, "ttft"), "p50"),
+            ttft_p95=_stat(_metric(t, "ttft"), "p95"),
+            tpot_p50=_stat(_metric(t, "tpot"), "p50"),
+            e2e_p95=_stat(_metric(t, "e2e"), "p95"),
+            queue_p95=_stat(_metric(t, "queue"), "p95"),
+            ttft_intended_p95=_stat(_metric(t, "ttft_intended"), "p95"),
+            in_flight=str((t.get("load") or {}).get("in_flight_max") or fmt.ABSENT),
+            verdict=_test_verdict(t),
+            knee=i == index,
+        )
+        for i, t in enumerate(levels)
+    )
+    return SweepView(name, sentence, rows, drawn)
+
+
+def _load_statement(test: Mapping[str, Any]) -> Statement | None:
+    text = load_text(test)
+    if text is None:
+        return None
+    schedule = (test.get("load") or {}).get("schedule") or {}
+    return Statement("warn" if schedule.get("slipped") else "info", "Load", text)
+
+
 def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
     """One sentence over a test's (or the run's) failures; "" when nothing failed or retried."""
     total = sum(int(v) for v in errors.values())
@@ -445,6 +610,7 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
         for s in (
             _phase_statement(test),
             _cache_statement(test, test.get("usage_fields")),
+            _load_statement(test),
             _calls_statement(test),
             _spend_statement(test),
             _flags_statement(test.get("flags", {})),
@@ -692,4 +858,12 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
         groups=tuple(_group_row(g, run_thresholds) for g in combined),
         group_charts=group_charts,
         environment=_environment(run),
+        sweeps=tuple(
+            _sweep_view(
+                name,
+                levels,
+                {str(tests[i].get("nodeid")): anchors[i] for i in detailed},
+            )
+            for name, levels in sweeps(tests).items()
+        ),
     )

@@ -7,7 +7,8 @@ per-model/per-endpoint rollups and the session block (HDR histograms, so CI shar
 the session's also holds every test's `turn`, which belongs to no model), each value counted into
 its buckets once, when its test's record arrives. The report renders what this builds and never
 recomputes a metric. May import `testdata`, `pools`, `calls`, `diagnose`,
-`histogram`, `catalogue`, `metrics` (types) and its siblings; never pytest, never jinja2.
+`histogram`, `catalogue`, `metrics` and `load` (types) and its siblings; never pytest, never
+jinja2.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pytest_latency.results._schema import SCHEMA, MetricBlock, PhaseBlock, Pref
 
 if TYPE_CHECKING:
     from pytest_latency.calls import Call
+    from pytest_latency.load import Load
     from pytest_latency.metrics import CallMetrics
     from pytest_latency.pools import Pool
     from pytest_latency.testdata import TestData
@@ -253,9 +255,29 @@ def _test_entry(test: TestData) -> dict[str, Any]:
         "findings": json_safe([f.to_dict() for f in findings]),
         "what_ifs": json_safe(figures["what_ifs"], digits=7),
     }
+    if test.load is not None:
+        entry["load"] = _load_entry(test.load, figures.get("load"))
+        if test.sweep is not None:
+            entry["load"]["sweep"] = test.sweep
     recorded = pool.manual_counts()
     if recorded:  # values recorded by hand (kept samples), by metric, in the order recorded
         entry["recorded"] = dict(recorded)
+    return entry
+
+
+def _load_entry(load: Load, measured: dict[str, Any] | None) -> dict[str, Any]:
+    """The test's load shape, and its figures as `diagnose.LoadFigures` measured them."""
+    opened = load.rate is not None
+    entry: dict[str, Any] = {
+        "concurrency": load.concurrency,
+        "rate_per_s": load.rate,
+        "arrival": load.arrival if opened else None,
+        "burstiness": load.burstiness if opened else None,
+        "seed": load.seed if opened else None,
+        "in_flight_max": None if measured is None else measured["in_flight_max"],
+    }
+    if measured is not None and "schedule" in measured:
+        entry["schedule"] = json_safe(measured["schedule"])
     return entry
 
 

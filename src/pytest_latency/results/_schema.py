@@ -104,6 +104,34 @@ class PrefillBlock(TypedDict):
     note: NotRequired[str]
 
 
+class ScheduleBlock(TypedDict):
+    """How an open loop's samples kept their schedule (`diagnose.LoadFigures`): how many had an
+    intended start, how late they started (µs; median and worst), and how many were later
+    than `threshold_us` (the `schedule_slipped` finding's threshold)."""
+
+    samples: int
+    late_p50_us: float | None
+    late_max_us: float | None
+    slipped: int
+    threshold_us: float
+
+
+class LoadEntry(TypedDict):
+    """The load shape a test's samples ran under (`load.Load`; null fields where it gave none:
+    a closed loop has no rate, no arrival), and what was measured of it: the most samples in
+    flight at once, and under a rate the schedule kept. The `queue`, `ttft_intended` and
+    `e2e_intended` blocks are in the test's `metrics`."""
+
+    concurrency: int | None
+    rate_per_s: float | None
+    arrival: str | None
+    burstiness: float | None
+    seed: int | None
+    in_flight_max: int | None
+    schedule: NotRequired[ScheduleBlock]
+    sweep: NotRequired[str]  # a level of a sweep: its node id with the level as `*`
+
+
 class TestEntry(TypedDict):
     nodeid: str
     outcome: str
@@ -122,6 +150,7 @@ class TestEntry(TypedDict):
     usage_fields: dict[str, int]
     phase: PhaseBlock
     concurrency: NotRequired[dict[str, Any] | None]
+    load: NotRequired[LoadEntry]  # only for a test run concurrently or under a rate
     budgets: list[BudgetEntry]
     flags: dict[str, int]
     errors: dict[str, int]

@@ -370,6 +370,28 @@ _WHAT_IF: Final = _obj(
         "hedge": _list(_HEDGE),
     }
 )
+_LOAD: Final = _obj(
+    {
+        "concurrency": _nullable(_count),
+        "rate_per_s": _OPT_NUM,
+        "arrival": _nullable(_one_of("poisson", "constant")),
+        "burstiness": _OPT_NUM,
+        "seed": _nullable(_int),
+        "in_flight_max": _nullable(_count),
+        "schedule": _obj(
+            {
+                "samples": _count,
+                "late_p50_us": _OPT_NUM,
+                "late_max_us": _OPT_NUM,
+                "slipped": _count,
+                "threshold_us": _NUM,
+            },
+            required=("samples", "slipped"),
+        ),
+        "sweep": _str,
+    },
+    required=("concurrency", "rate_per_s"),
+)
 _TEST: Final = _obj(
     {
         "nodeid": _str,
@@ -403,6 +425,7 @@ _TEST: Final = _obj(
         "concurrency": _nullable(
             _obj({"samples": _count, "median_calls": _NUM, "concurrency": _NUM, "parallel": _bool})
         ),
+        "load": _LOAD,
         "budgets": _list(_BUDGET),
         "flags": _COUNTS,
         "errors": _COUNTS,

@@ -1,0 +1,140 @@
+"""Sweeps: one test run at several load levels (`concurrency=[1, 4, 16]`, `rate=["5/s", "20/s"]`).
+
+Owns the expansion of a `latency` marker whose `concurrency` or `rate` is a list into one test
+per level (`pytest_generate_tests`: ids `concurrency=4`, `rate=20/s`, so a level is a node id of
+its own that `-k`, xdist and the reports all see), the level each such test runs at (`level_of`),
+the name of the sweep a test belongs to (its node id with the level as `*`), and which budgets a
+level filter (`ttft{concurrency=16}.p95 < 800ms`) applies to (`applies`). Cheap at import: this
+hook runs for every test function of the suite. May import `load` (lazily); pytest for the hook.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import pytest
+
+    from pytest_latency.budgets import Expectation
+    from pytest_latency.load import Load
+
+# The keys a sweep may list, and a level filter may name (`budgets.LEVEL_FILTER_KEYS`).
+SWEPT = ("concurrency", "rate")
+# The pseudo-argument holding a test's level (a direct parametrization no test function takes).
+LEVEL_ARG = "_latency_level"
+
+
+class Level(NamedTuple):
+    """One level of a sweep: the swept key and its value as the marker wrote it."""
+
+    key: str
+    value: object
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run: the message names what is wrong; the caller names the test."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # `keywords` holds marker names: a dict lookup, where iter_markers builds generators.
+    if "latency" not in metafunc.definition.keywords:
+        return
+    levels = _levels(metafunc.definition)
+    if levels is None:
+        return
+    metafunc.fixturenames.append(LEVEL_ARG)
+    metafunc.parametrize(LEVEL_ARG, levels, ids=[level.id for level in levels])
+
+
+def _levels(item: pytest.Item) -> list[Level] | None:
+    """The levels the closest marker giving a swept key lists; None when it gives one value.
+    A malformed sweep is left to the plan, whose error names the test (a collection error)."""
+    for marker in item.iter_markers("latency"):
+        listed = [k for k in SWEPT if isinstance(marker.kwargs.get(k), list | tuple)]
+        if len(listed) == 1 and marker.kwargs[listed[0]]:
+            key = listed[0]
+            values = list(marker.kwargs[key])
+            if len(set(map(str, values))) == len(values):
+                return [Level(key, value) for value in values]
+        if listed or any(k in marker.kwargs for k in SWEPT):
+            return None
+    return None
+
+
+def level_of(item: pytest.Item) -> Level | None:
+    """The level a test of a sweep runs at; None for a test that is not one."""
+    callspec = getattr(item, "callspec", None)
+    level = callspec.params.get(LEVEL_ARG) if callspec is not None else None
+    return level if isinstance(level, Level) else None
+
+
+def check_sweep(kwargs: Mapping[str, object]) -> None:
+    """A marker's swept key, checked: one key listed, its levels distinct and not empty."""
+    listed = [k for k in SWEPT if isinstance(kwargs.get(k), list | tuple)]
+    if len(listed) > 1:
+        raise SweepError("a sweep lists one of concurrency= and rate=, not both")
+    if listed:
+        values = list(kwargs[listed[0]])  # type: ignore[call-overload]
+        if not values:
+            raise SweepError(f"{listed[0]}=[] lists no level")
+        if len(set(map(str, values))) != len(values):
+            raise SweepError(f"{listed[0]}={values!r} lists a level twice")
+
+
+def sweep_name(nodeid: str, level: Level) -> str:
+    """The name of the sweep a test belongs to: its node id with its level as `*`."""
+    head, bracket, params = nodeid.partition("[")
+    return head + bracket + params.replace(level.id, f"{level.key}=*", 1)
+
+
+def applies(
+    expectation: Expectation,
+    load: Load | None,
+    level: Level | None,
+    levels: tuple[object, ...] = (),
+) -> bool:
+    """Whether a budget with level filters (`{concurrency=16}`) applies to a test run under
+    `load`: each level it names must be the test's. On a test of a sweep (at `level`, one of
+    `levels`, each read as `load.read_value` reads it), a level the sweep does not list is a
+    `SweepError`: a typo would judge nothing."""
+    from pytest_latency.load import LoadError, read_value
+
+    for key, written in expectation.filters:
+        if key not in SWEPT:
+            continue
+        try:
+            wanted = read_value(key, _number(written) if key == "concurrency" else written)
+        except LoadError as exc:
+            raise SweepError(f"{expectation.text!r}: {exc}") from None
+        if level is not None and level.key == key and wanted not in levels:
+            listed = ", ".join(str(v) for v in levels)
+            raise SweepError(
+                f"{expectation.text!r} names {key}={written}, which this test's sweep does not "
+                f"list ({key}=[{listed}])"
+            )
+        if (None if load is None else getattr(load, key)) != wanted:
+            return False
+    return True
+
+
+def _number(text: str) -> object:
+    return int(text) if text.isdigit() else text
+
+
+__all__ = [
+    "LEVEL_ARG",
+    "SWEPT",
+    "Level",
+    "SweepError",
+    "applies",
+    "check_sweep",
+    "level_of",
+    "pytest_generate_tests",
+    "sweep_name",
+]
