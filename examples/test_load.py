@@ -9,7 +9,8 @@ tail (`tail_prob` of the requests wait `tail_ms` before their first token): docs
   through an `asyncio.Semaphore` of the provider's size meet none. Budgets: the markers.
 - Hedging: a duplicate sent when the first token is later than the p95 cuts the p99 to what the
   plugin's hedging what-if (`diagnose.hedge`, the report's figures) predicted from the unhedged
-  run; the test measures both and compares them (docs/load.md, "Bounded concurrency, 429s and hedging").
+  run; the test measures both and compares them (docs/load.md, "Bounded concurrency, 429s and
+  hedging").
 
 Against a real provider these lessons need its own limits and tail, so they run on the simulator
 only (skipped otherwise).
