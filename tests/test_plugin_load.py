@@ -667,3 +667,87 @@ def test_every_metric_takes_a_level_filter_and_turn_still_no_call_filter() -> No
     assert parse_expectation("calls{rate=20/s}.max <= 3", source="t").filters == (("rate", "20/s"),)
     with pytest.raises(BudgetError, match="takes no filter"):
         parse_expectation("turn{concurrency=4, model=m}.p90 < 1s", source="t")
+
+
+# The provider of tests/test_sim_limit.py's model check: 4 slots, a long line, each decode slowed
+# by a quarter per other stream served; 8 tokens 4 to a chunk, 3 ms a token.
+LIMITED = (
+    "--preset=instant",
+    "--ttfb-ms=2",
+    "--prefill-us-per-token=0",
+    "--decode-ms-per-token=3",
+    "--tokens-per-chunk=4",
+    "--concurrency-slowdown=0.25",
+    "--output-tokens=8",
+    "--max-concurrency=4",
+    "--max-queue=64",
+)
+
+
+def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #17's first check, through the marker: at concurrency 1, 4 and 16 against a provider
+    of 4 slots, the ttft p95 of each level is what `sim.expected_under_load` predicts for as many
+    closed-loop clients (the decode's slowdown at 4, the line's wait at 16), within bounds a busy
+    machine keeps: below by at most 15 % + 1 ms (its clients keep a shorter line), above by at
+    most 25 % + 15 ms (delivery only adds). The simulator runs in its own process."""
+    from remote_sim import remote_simulator
+
+    from pytest_latency.sim import LatencyModel, expected_under_load
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sim-key")
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        test_inner="""
+        import pytest
+
+        @pytest.mark.asyncio
+        @pytest.mark.latency(samples=48, warmup=16, concurrency=[1, 4, 16])
+        async def test_users(async_openai_client):
+            stream = await async_openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Say something short."}],
+                stream=True)
+            async for _ in stream:
+                pass
+        """
+    )
+    with remote_simulator(*LIMITED) as base_url:
+        result = pytester.runpytest(
+            f"--latency-openai-base-url={base_url}/v1",
+            "-p",
+            "asyncio",
+            "--asyncio-mode=strict",
+            "-p",
+            "no:randomly",
+            "--latency-json=out.json",
+        )
+    result.assert_outcomes(passed=3)
+    tests = {t["nodeid"]: t for t in json.loads((pytester.path / "out.json").read_text())["tests"]}
+    model = LatencyModel.preset("instant").replace(
+        ttfb_ms=2.0,
+        prefill_us_per_token=0.0,
+        decode_ms_per_token=3.0,
+        tokens_per_chunk=4,
+        concurrency_slowdown=0.25,
+        output_tokens=8,
+        max_concurrency=4,
+        max_queue=64,
+    )
+    figures = []
+    for level in (1, 4, 16):
+        entry = tests[f"test_inner.py::test_users[concurrency={level}]"]
+        block = entry["metrics"]["ttft"]
+        predicted = expected_under_load(model, level, prompt_tokens=7).ttft_ms
+        p95 = block["p95"] / 1000
+        starved = entry["flags"]["cpu_starved"]
+        figures.append((level, predicted, p95, block["count"], starved))
+        assert block["count"] == 48, figures
+        assert p95 <= predicted * 1.25 + 15, figures
+        # A client starved of CPU sends its next requests late and keeps a shorter line than a
+        # closed loop's (beside two CPU hogs, 31 of 48 calls flagged at 16: p95 100 ms against
+        # 155): the plugin says so, and the level is held to the rise alone.
+        if starved <= block["count"] // 10:
+            assert predicted * 0.85 - 1 <= p95, figures
+    assert figures[0][2] < figures[1][2] < figures[2][2], figures
+    assert figures[2][2] > 2 * figures[1][2], figures  # the line's wait, not the slowdown alone
