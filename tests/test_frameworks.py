@@ -51,7 +51,10 @@ CALLS = 6  # per scenario, the first a warmup
 # tests/test_accuracy.py's bounds: they hold on a busy 2-core machine and still catch a
 # consumer-paced stamp or a parse bias (tens of ms); benchmarks/ measures the strict targets.
 P50_BOUND_MS = 2.0
-CASE_P50_BOUND_MS = 5.0
+# One case's median of five: a framework's own work between two reads comes on top of the
+# machine's (litellm's anthropic provider on aiohttp: 1-5 ms before the first content on a quiet
+# machine, docs/performance.md §1b; 5.08 ms beside two CPU hogs).
+CASE_P50_BOUND_MS = 10.0
 MAX_BOUND_MS = 20.0
 
 
