@@ -713,7 +713,11 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
         """
     )
     with remote_simulator(*LIMITED) as base_url:
-        result = pytester.runpytest(
+        # A process of its own: inside the whole suite's process (after ~1,500 other tests and
+        # their inner runs) the level of 16 measured ttft p50 72 ms, p95 101 ms against 155,
+        # no call flagged, as if its samples ran in waves; alone, and in this module, 150-164.
+        # The cause in that process is not found yet (session 9's note).
+        result = pytester.runpytest_subprocess(
             f"--latency-openai-base-url={base_url}/v1",
             "-p",
             "asyncio",
