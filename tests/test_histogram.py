@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from hdrh.histogram import HdrHistogram  # the oracle: our codec and layout must agree with it
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_latency import histogram as histogram_module
@@ -325,6 +325,8 @@ def test_we_read_hdrhs_blobs(values: list[float], big_counts: list[int]) -> None
     st.integers(min_value=1, max_value=5),
     st.lists(st.integers(min_value=0, max_value=2**62), min_size=1, max_size=50),
 )
+# Our own layout from hdrh, a value past one hour's bucket: it was read as in range.
+@example(1, HIGHEST_US, 3, [3_600_809_984])
 def test_we_read_other_layouts_as_hdrh_adds_them(
     lowest: int, highest: int, figures: int, raw: list[int]
 ) -> None:

@@ -524,7 +524,16 @@ class LatencyHistogram:
         hist = cls()
         hist._sum = None
         if foreign is None:
-            hist._counts.update(counts)
+            # Our own layout, but maybe not our writer: HdrHistogram's counts run past the
+            # bucket of its highest value (hdrh records 3,600,809,984 with a highest of one
+            # hour), where `record` clamps anything over one hour; a bucket past one hour's is
+            # clamped and counted the same way (it was read as in range: found by Hypothesis).
+            top = _OURS.index(HIGHEST_US)
+            for index, count in counts.items():
+                if index > top:
+                    hist._above += count
+                    index = top
+                hist._counts[index] += count
         else:
             for index, count in counts.items():
                 value = foreign.lowest(index)
