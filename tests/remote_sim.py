@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx2
 
 from pytest_latency.metrics import CallMetrics
-from pytest_latency.sim import TruthRecord
+from pytest_latency.sim import LatencyModel, TruthRecord
 from pytest_latency.wire import WireRecord
 
 
@@ -29,6 +29,19 @@ def paced(*, decode_ms_per_token: float, output_tokens: int) -> tuple[str, ...]:
         "--tokens-per-chunk=1",
         f"--output-tokens={output_tokens}",
         "--jitter=0",
+    )
+
+
+def flags_of(model: LatencyModel) -> tuple[str, ...]:
+    """`sim` flags that serve `model`: the instant preset and each field where it differs."""
+    instant = LatencyModel.preset("instant")
+    return (
+        "--preset=instant",
+        *(
+            f"--{name.replace('_', '-')}={value}"
+            for name, value in model.to_dict().items()
+            if value != getattr(instant, name)
+        ),
     )
 
 

@@ -23,6 +23,7 @@ from pytest_latency import units
 from pytest_latency.budgets import BudgetError, parse_budget_file
 from pytest_latency.load import LOAD_KEYS, Load, LoadError, Schedule, load_of, read_value
 from pytest_latency.report._view import load_text
+from pytest_latency.sim import LatencyModel
 
 pytest_plugins = ["pytester"]
 
@@ -671,16 +672,15 @@ def test_every_metric_takes_a_level_filter_and_turn_still_no_call_filter() -> No
 
 # The provider of tests/test_sim_limit.py's model check: 4 slots, a long line, each decode slowed
 # by a quarter per other stream served; 8 tokens 4 to a chunk, 3 ms a token.
-LIMITED = (
-    "--preset=instant",
-    "--ttfb-ms=2",
-    "--prefill-us-per-token=0",
-    "--decode-ms-per-token=3",
-    "--tokens-per-chunk=4",
-    "--concurrency-slowdown=0.25",
-    "--output-tokens=8",
-    "--max-concurrency=4",
-    "--max-queue=64",
+LIMITED = LatencyModel.preset("instant").replace(
+    ttfb_ms=2.0,
+    prefill_us_per_token=0.0,
+    decode_ms_per_token=3.0,
+    tokens_per_chunk=4,
+    concurrency_slowdown=0.25,
+    output_tokens=8,
+    max_concurrency=4,
+    max_queue=64,
 )
 
 
@@ -692,9 +692,9 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     closed-loop clients (the decode's slowdown at 4, the line's wait at 16), within bounds a busy
     machine keeps: below by at most 15 % + 1 ms (its clients keep a shorter line), above by at
     most 25 % + 15 ms (delivery only adds). The simulator runs in its own process."""
-    from remote_sim import remote_simulator
+    from remote_sim import flags_of, remote_simulator
 
-    from pytest_latency.sim import LatencyModel, expected_under_load
+    from pytest_latency.sim import expected_under_load
 
     monkeypatch.setenv("OPENAI_API_KEY", "sim-key")
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
@@ -712,7 +712,7 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
                 pass
         """
     )
-    with remote_simulator(*LIMITED) as base_url:
+    with remote_simulator(*flags_of(LIMITED)) as base_url:
         # A process of its own: inside the whole suite's process (after ~1,500 other tests and
         # their inner runs) the level of 16 measured ttft p50 72 ms, p95 101 ms against 155,
         # no call flagged, as if its samples ran in waves; alone, and in this module, 150-164.
@@ -728,21 +728,11 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
         )
     result.assert_outcomes(passed=3)
     tests = {t["nodeid"]: t for t in json.loads((pytester.path / "out.json").read_text())["tests"]}
-    model = LatencyModel.preset("instant").replace(
-        ttfb_ms=2.0,
-        prefill_us_per_token=0.0,
-        decode_ms_per_token=3.0,
-        tokens_per_chunk=4,
-        concurrency_slowdown=0.25,
-        output_tokens=8,
-        max_concurrency=4,
-        max_queue=64,
-    )
     figures = []
     for level in (1, 4, 16):
         entry = tests[f"test_inner.py::test_users[concurrency={level}]"]
         block = entry["metrics"]["ttft"]
-        predicted = expected_under_load(model, level, prompt_tokens=7).ttft_ms
+        predicted = expected_under_load(LIMITED, level, prompt_tokens=7).ttft_ms
         p95 = block["p95"] / 1000
         starved = entry["flags"]["cpu_starved"]
         figures.append((level, predicted, p95, block["count"], starved))

@@ -18,7 +18,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
-from remote_sim import remote_simulator, truth_log
+from remote_sim import flags_of, remote_simulator, truth_log
 
 from pytest_latency import capture, stats
 from pytest_latency.metrics import call_metrics
@@ -334,12 +334,7 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
     machine only adds); below, each may fall short by 15 % + 1 ms (a busy machine's clients keep
     a shorter line). Without the slowdown C = 4 would measure 14 ms,
     without the wait in ttft C = 16 would measure 23: each far outside."""
-    flags = [
-        f"--{name.replace('_', '-')}={value}"
-        for name, value in LOADED.to_dict().items()
-        if value != getattr(LatencyModel.preset("instant"), name)
-    ]
-    with remote_simulator("--preset=instant", *flags) as base_url:
+    with remote_simulator(*flags_of(LOADED)) as base_url:
         for clients in (1, 4, 16):
             httpx2.delete(f"{base_url}/_sim/truth").raise_for_status()
             records = asyncio.run(_closed_loop(base_url, clients))
