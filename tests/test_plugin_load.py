@@ -135,6 +135,13 @@ def test_concurrent_samples_overlap_as_asked_and_keep_their_calls(
         import uuid
         import pytest
 
+        @pytest.fixture
+        def sim(sim):
+            # Streams of ~300 ms: a busy machine starts a batch's tasks and threads up to
+            # ~100 ms apart (beside two CPU hogs the server saw 6 of 8 at once with 100 ms).
+            sim.set_model(sim.model.replace(decode_ms_per_token=15.0))
+            return sim
+
         @pytest.mark.latency("ttft.p50 < 10s", samples=8, warmup=2, concurrency=4)
         def test_threads(openai_client, sim, ask):
             token = uuid.uuid4().hex
@@ -172,8 +179,8 @@ def test_concurrent_samples_overlap_as_asked_and_keep_their_calls(
         record = _record(tester, name)
         assert record["samples"] == samples and record["load"]["concurrency"] == slots
         _check_attribution(record, samples, per_sample)
-        # The cap holds exactly, and is reached: each sample streams for ≥ 100 ms, its
-        # siblings start within milliseconds.
+        # The cap holds exactly, and is reached: each sample streams for ≥ 300 ms, its
+        # siblings start within tens of milliseconds.
         spans = [(s[2], s[3]) for s in _kept_spans(record)]
         assert _most_at_once(spans) == slots, name
         # The server saw as many streams at once (warmup ones run closed loop at the cap too).

@@ -519,8 +519,11 @@ asyncio.run(main())
         results[mode] = json.loads(out)
     late, own = results["blocked"]
     assert late > 50_000_000 and own > 0.8 * late, results
-    late, own = results["starved"]  # how late depends on the scheduler's slices: tens of ms
-    assert late > 20_000_000 and own < 0.5 * late, results
+    # How late a starved wake-up is depends on the kernel's scheduler and its slices: 10 ms
+    # on CI's machine, tens of ms here. Half a monitor tick is well above a quiet loop's
+    # jitter; what the test holds is whose time it was.
+    late, own = results["starved"]
+    assert late > _stream.LAG_TICK_NS // 2 and own < 0.5 * late, results
 
 
 def test_the_flagged_help_names_every_flag_the_policy_acts_on() -> None:

@@ -251,9 +251,13 @@ def test_both_api_versions_are_served(sim: SimServer) -> None:
 DECODE_MS = 4.0
 OUTPUT_TOKENS = 12
 CALLS = 12  # the first a warm-up: a cold connection and cold SDK types
-# tests/test_accuracy.py's bounds: they hold on a busy 2-core machine and still catch a
-# consumer-paced stamp or a parse bias (tens of ms); benchmarks/ holds the strict targets.
-P50_BOUND_MS = 2.0
+# Bounds that hold on a busy 2-core machine and still catch a consumer-paced stamp or a parse
+# bias (tens of ms); benchmarks/bench_accuracy.py holds the strict targets. The median is looser
+# than tests/test_accuracy.py's 2 ms: google-genai works between the response head and its first
+# read (0.1-0.3 ms on a quiet machine, 3.7-4.1 ms beside four CPU hogs on 2 cores), and a first
+# chunk that arrived meanwhile is stamped when read on the httpx2 paths (aiohttp's reader is
+# stamped ahead: 0.5-1.3 ms there).
+P50_BOUND_MS = 5.0
 MAX_BOUND_MS = 20.0
 
 
