@@ -631,6 +631,12 @@ def test_empty_file_is_valid() -> None:
             ["needs a statistic"],
         ),
         ("[session]\nexpect = ['error_rate < 1%']\nfoo = 1\n", 3, ["unknown key in [session]"]),
+        # A load key in [session] would judge nothing while looking like it did.
+        (
+            "[session]\nexpect = ['error_rate < 1%']\nconcurrency = 16\n",
+            3,
+            ["'concurrency' shapes how a test's samples run", "[defaults] or a [[budget]]"],
+        ),
         (
             '[session]\nexpect = [\n  "ttft.p95 < 400ms",\n  "ttft.p95 < 400",\n]\n',
             4,

