@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import math
 import os
@@ -94,6 +95,13 @@ def _body(marker: str) -> dict[str, Any]:
     }
 
 
+async def _parsed(raw: Any) -> Any:
+    """The stream of a raw response: `parse()` returns it, or a coroutine of it (anthropic's
+    async client, and openai's in some versions)."""
+    parsed = raw.parse()
+    return await parsed if inspect.isawaitable(parsed) else parsed
+
+
 async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: float) -> list[Stream]:
     from pytest_latency.metrics import call_metrics
     from pytest_latency.wire import WireRecord
@@ -145,7 +153,7 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
             del body["stream"]
             raw = await client.chat.completions.with_raw_response.create(stream=True, **body)
             s.request_id = raw.headers["x-sim-request-id"]
-            async for chunk in raw.parse():
+            async for chunk in await _parsed(raw):
                 t = now()
                 if not captured and chunk.choices and chunk.choices[0].delta.content:
                     s.stamps.append(t)
@@ -162,7 +170,7 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
                 messages=[{"role": "user", "content": content}],
             )  # fmt: skip
             s.request_id = raw.headers["x-sim-request-id"]
-            async for event in raw.parse():
+            async for event in await _parsed(raw):
                 t = now()
                 if not captured and event.type == "content_block_delta":
                     s.stamps.append(t)
