@@ -18,7 +18,7 @@ The variants:
   nothing per event; the capture's stamps are read (`call_metrics`).
 
 Error = stamp minus the server's send time of the same content event (one clock,
-CLOCK_MONOTONIC, in both processes): ttft on the first, e2e on the last, itl per gap. A round is
+CLOCK_MONOTONIC, in both processes): ttft on the first, itl per gap. A round is
 **honest** when ttft and itl error are within the targets (p50 <= 1 ms, p99 <= 5 ms) over all of
 its calls; a variant's ceiling is the largest level of ``--streams`` at which it and every lower
 level were honest. The instrumented rounds also say whether the plugin flagged what it could not
@@ -47,6 +47,7 @@ from typing import Any
 
 import httpx2
 from _common import ROOT, load, spawn_sim
+from remote_sim import paced, truth_log
 
 COMMAND = "python benchmarks/bench_ceiling.py"
 VARIANTS = (
@@ -95,6 +96,15 @@ def _body(marker: str) -> dict[str, Any]:
     }
 
 
+async def _read_lines(lines: Any, s: Stream, *, stamp: bool) -> None:
+    """Read a raw client's SSE lines to the end; with `stamp`, the consumer stamps each content
+    line as it is handed over (the bare clients' own measurement)."""
+    async for line in lines:
+        t = time.perf_counter_ns()
+        if stamp and _content_line(line):
+            s.stamps.append(t)
+
+
 async def _parsed(raw: Any) -> Any:
     """The stream of a raw response: `parse()` returns it, or a coroutine of it (anthropic's
     async client, and openai's in some versions)."""
@@ -121,12 +131,7 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
         async def one(s: Stream) -> None:
             async with client.post(f"{base}/v1/chat/completions", json=_body(s.marker)) as r:
                 s.request_id = r.headers["x-sim-request-id"]
-                async for line in r.content:
-                    if captured:
-                        continue
-                    t = now()
-                    if _content_line(line):
-                        s.stamps.append(t)
+                await _read_lines(r.content, s, stamp=not captured)
 
     elif kind == "httpx2":
         client = httpx2.AsyncClient(timeout=None, limits=httpx2.Limits(max_connections=None))
@@ -136,12 +141,7 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
                 "POST", f"{base}/v1/chat/completions", json=_body(s.marker)
             ) as r:
                 s.request_id = r.headers["x-sim-request-id"]
-                async for line in r.aiter_lines():
-                    if captured:
-                        continue
-                    t = now()
-                    if _content_line(line):
-                        s.stamps.append(t)
+                await _read_lines(r.aiter_lines(), s, stamp=not captured)
 
     elif kind == "openai":
         import openai
@@ -226,7 +226,6 @@ class Round:
     flagged: int = 0
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
-    e2e: list[float] = field(default_factory=list)
     load: float = 0.0
 
     def honest(self) -> bool:
@@ -261,14 +260,8 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
             raise SystemExit(f"worker {variant} failed ({proc.returncode})")
         seen += [(a, b, c) for a, b, c in json.loads(out)]
     r.load = os.getloadavg()[0]
-    from pytest_latency.sim import TruthRecord
-
-    with httpx2.Client(base_url=base, timeout=60) as http:
-        truth = {
-            t.request_id: t
-            for t in (TruthRecord.from_json(x) for x in http.get("/_sim/truth").json()["records"])
-        }
-        http.delete("/_sim/truth")
+    truth = {t.request_id: t for t in truth_log(base)}
+    httpx2.delete(f"{base}/_sim/truth").raise_for_status()
     for request_id, stamps, flagged in seen:
         r.calls += 1
         r.flagged += bool(flagged)
@@ -278,7 +271,6 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
             r.failed += 1
             continue
         r.ttft.append((stamps[0] - sent[0]) / 1e6)
-        r.e2e.append((stamps[-1] - sent[-1]) / 1e6)
         r.itl += [
             ((b - a) - (y - x)) / 1e6
             for a, b, x, y in zip(stamps, stamps[1:], sent, sent[1:], strict=False)
@@ -352,12 +344,10 @@ def main() -> int:
     print(f"each stream: {args.tokens} tokens at {args.itl_ms} ms (one event a token), starts "
           f"over {args.ramp_s} s; error = stamp - server send, ms; honest: ttft and itl |error| "
           f"p50 <= {P50_MS}, p99 <= {P99_MS}")  # fmt: skip
-    cmd = [
-        sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0", "--preset", "instant",
-        "--ttfb-ms", "1", "--decode-ms-per-token", str(args.itl_ms), "--tokens-per-chunk", "1",
-        "--output-tokens", str(args.tokens), "--prefill-us-per-token", "0", "--jitter", "0",
-    ]  # fmt: skip
-    proc, base = spawn_sim(cmd)
+    sim = [sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0"]
+    proc, base = spawn_sim(
+        [*sim, *paced(decode_ms_per_token=args.itl_ms, output_tokens=args.tokens)]
+    )
     head = (
         f"{'variant':>18} {'-n':>2} {'streams':>5} {'ok':>9} {'ttft p50/p99':>14} "
         f"{'itl p50/p99':>14} {'honest':>6} {'flagged':>9} {'load':>6}"
