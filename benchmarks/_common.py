@@ -9,6 +9,7 @@ scenarios) rather than a copy of them.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -52,3 +53,12 @@ def spread(values: list[float], fmt: str) -> str:
         f"{format(statistics.median(values), fmt)} "
         f"[{format(quantile(values, 0.1), fmt)}..{format(quantile(values, 0.9), fmt)}]"
     )
+
+
+def error_pct(errors: list[float], p: float) -> float:
+    """Nearest-rank `p`-th percentile of |errors|: the accuracy targets (1 ms p50, 5 ms p99) bound
+    the size of an error, early or late alike. NaN for no errors (a round that measured nothing)."""
+    if not errors:
+        return float("nan")
+    ordered = sorted(abs(v) for v in errors)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]

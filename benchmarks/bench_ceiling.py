@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import inspect
 import json
-import math
 import os
 import random
 import subprocess
@@ -46,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
-from _common import ROOT, load, spawn_sim
+from _common import ROOT, error_pct, load, spawn_sim
 from remote_sim import paced, truth_log
 
 COMMAND = "python benchmarks/bench_ceiling.py"
@@ -230,16 +229,8 @@ class Round:
 
     def honest(self) -> bool:
         return self.failed == 0 and all(
-            pct(v, 50) <= P50_MS and pct(v, 99) <= P99_MS for v in (self.ttft, self.itl)
+            error_pct(v, 50) <= P50_MS and error_pct(v, 99) <= P99_MS for v in (self.ttft, self.itl)
         )
-
-
-def pct(values: list[float], p: float) -> float:
-    """Nearest-rank percentile of |values| (as bench_accuracy.py)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(abs(v) for v in values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Namespace) -> Round:
@@ -282,8 +273,8 @@ def show(r: Round) -> None:
     flags = f"{r.flagged}/{r.calls}" if r.variant.endswith("+capture") else "-"
     print(
         f"{r.variant:>18} {r.workers:>2} {r.n:>5} {r.calls - r.failed:>4}/{r.calls:<4} "
-        f"{pct(r.ttft, 50):6.2f}/{pct(r.ttft, 99):7.2f} "
-        f"{pct(r.itl, 50):6.2f}/{pct(r.itl, 99):7.2f} "
+        f"{error_pct(r.ttft, 50):6.2f}/{error_pct(r.ttft, 99):7.2f} "
+        f"{error_pct(r.itl, 50):6.2f}/{error_pct(r.itl, 99):7.2f} "
         f"{'yes' if r.honest() else 'no':>6} {flags:>9} {r.load:6.2f}",
         flush=True,
     )

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import statistics
@@ -41,7 +40,7 @@ from typing import Any
 
 import httpx2
 import openai
-from _common import load, spawn_sim
+from _common import error_pct, load, spawn_sim
 
 from pytest_latency import instrument
 from pytest_latency.metrics import CallMetrics, call_metrics
@@ -75,14 +74,6 @@ async def loop_lag(out: list[float], stop: asyncio.Event) -> None:
         start = time.perf_counter()
         await asyncio.sleep(0.005)
         out.append((time.perf_counter() - start - 0.005) * 1000)
-
-
-def pct(values: list[float], p: float) -> float:
-    """Nearest-rank percentile of |values| (as bench_accuracy.py)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(abs(v) for v in values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 async def one_stream(client: Any, delay: float, marker: str, ids: dict[str, str]) -> None:
@@ -158,7 +149,7 @@ async def run_round(base: str, n: int, args: argparse.Namespace) -> dict[str, An
         "ok": len(records) - failed,
         "cpu": cpu / wall,
         "runqueue": rq / wall,
-        "loop_lag_p99": pct(lags, 99),
+        "loop_lag_p99": error_pct(lags, 99),
         "wall": wall,
         "bound_calls": bound_calls,
         "saturated": saturated if hasattr(CallMetrics, "client_saturated") else None,
@@ -206,7 +197,7 @@ def main() -> int:
                 e = r["errors"]
                 sat = "n/a" if r["saturated"] is None else f"{r['saturated']}/{r['ok']}"
                 cells = " ".join(
-                    f"{pct(e[k], 50):6.2f}/{pct(e[k], 99):7.2f}"
+                    f"{error_pct(e[k], 50):6.2f}/{error_pct(e[k], 99):7.2f}"
                     for k in ("ttft", "e2e", "itl", "tpot")
                 )
                 print(
@@ -223,7 +214,7 @@ def main() -> int:
 
     def within(r: dict[str, Any]) -> bool:  # the accuracy targets: p50 <= 1 ms, p99 <= 5 ms
         e = r["errors"]
-        return all(pct(e[k], 50) <= 1 and pct(e[k], 99) <= 5 for k in ("ttft", "itl"))
+        return all(error_pct(e[k], 50) <= 1 and error_pct(e[k], 99) <= 5 for k in ("ttft", "itl"))
 
     def first(rounds: list[dict[str, Any]]) -> str:
         return str(min(r["n"] for r in rounds)) if rounds else "never"
