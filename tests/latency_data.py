@@ -325,12 +325,21 @@ def diagnosis_tests() -> list[dict[str, Any]]:
     ]
 
 
+GOODPUT_BUDGET = "good(ttft < 600ms) >= 80%"
+
+
 def sweep_tests(name: str = "tests/load/test_users.py::test_chat") -> list[dict[str, Any]]:
     """A sweep of concurrency 1, 4 and 16 (`concurrency=[1, 4, 16]`): TTFT 300 ms, 330 ms and
-    900 ms, so its knee is at concurrency 4 (the last level within 1.5× the lowest's)."""
+    900 ms, so its knee is at concurrency 4 (the last level within 1.5× the lowest's), each level
+    judged on `GOODPUT_BUDGET` (met at 1 and 4, not at 16)."""
     levels = []
     for index, (level, ttft) in enumerate(((1, 300.0), (4, 330.0), (16, 900.0))):
-        data = make_test(f"{name}[concurrency={level}]", seed=40 + index, ttft_ms=ttft)
+        data = make_test(
+            f"{name}[concurrency={level}]",
+            seed=40 + index,
+            ttft_ms=ttft,
+            budgets=(GOODPUT_BUDGET,),
+        )
         data["load"] = {"concurrency": level, "rate": None}
         data["sweep"] = f"{name}[concurrency=*]"
         levels.append(data)

@@ -7,8 +7,16 @@ import time
 from typing import Any
 
 import pytest
-from latency_data import build, diagnosis_tests, make_test, sample_tests, sweep_tests
+from latency_data import (
+    GOODPUT_BUDGET,
+    build,
+    diagnosis_tests,
+    make_test,
+    sample_tests,
+    sweep_tests,
+)
 
+from pytest_latency import units
 from pytest_latency.report import render_comparison, render_html, render_markdown
 from pytest_latency.report._markdown import escape
 from pytest_latency.report._view import DETAIL_LIMIT, build_view
@@ -341,18 +349,41 @@ def test_a_sweep_gets_a_table_charts_against_the_load_and_its_knee() -> None:
     assert [r.level for r in sweep.rows] == ["concurrency=1", "concurrency=4", "concurrency=16"]
     assert [r.knee for r in sweep.rows] == [False, True, False]
     assert sweep.knee.startswith("Knee at concurrency=4: ")
-    # Both charts draw each level of each series, and the knee's line at concurrency 4.
-    ttft, tpot = sweep.charts
+    # Each chart draws each level of each series, and the knee's line at concurrency 4.
+    ttft, tpot, goodput = sweep.charts
     assert len(ttft.lines) == 2 and len(ttft.dots) == 6 and len(tpot.dots) == 6
     (knee_line,) = ttft.segments
     assert knee_line.title == "knee: concurrency 4" and knee_line.x1 == knee_line.x2
     assert ttft.x_label == "concurrency (log scale)"
+    # Goodput: the share of good calls each level's good(...) judgement estimated, on 0-100 %.
+    assert sweep.goodput == (GOODPUT_BUDGET,)
+    assert goodput.title == "Goodput against load" and goodput.y_label == "share of calls"
+    (line,) = goodput.lines
+    assert len(goodput.dots) == 3 and line.label == GOODPUT_BUDGET
+    shares = [next(b for b in t["budgets"] if b["metric"] == "good")["estimate"] for t in levels]
+    assert shares[0] >= 0.8 and shares[1] >= 0.8 and shares[2] < 0.8, shares  # missed at 16
+    assert [d.title.rsplit("= ", 1)[1] for d in goodput.dots] == [
+        units.percent(share) for share in shares
+    ]
+    assert goodput.y_ticks[-1].label == "100%"
+    cells = [
+        next(b for b in t["budgets"] if b["metric"] == "good")["estimate_text"] for t in levels
+    ]
+    assert [r.goodput for r in sweep.rows] == [(c,) for c in cells]
     page = render_html(result)
     assert 'id="sweeps"' in page and re.search(r"concurrency=4(</a>)? <b>knee</b>", page)
+    assert "Goodput against load" in page
+    assert (
+        f'<th class="num">{GOODPUT_BUDGET.replace("<", "&lt;").replace(">", "&gt;")}</th>' in page
+    )
     markdown = render_markdown(result)
     section = markdown.split("### Sweep ")[1]
     assert escape(sweep.knee) in section
     assert section.index("concurrency=1 |") < section.index("concurrency=16 |")
+    header = next(line for line in section.splitlines() if line.startswith("| level"))
+    assert escape(GOODPUT_BUDGET) in header
+    row16 = next(line for line in section.splitlines() if line.startswith("| concurrency=16 |"))
+    assert f"| {escape(cells[2])} |" in row16
     # No sweep, no section.
     assert build_view(build(sample_tests())).sweeps == ()
     assert "### Sweep" not in render_markdown(build(sample_tests()))

@@ -391,19 +391,24 @@ def load_chart(
     levels: Sequence[float],
     series: Sequence[LoadSeries],
     knee: int | None,
+    *,
+    share: bool = False,
 ) -> Chart:
-    """Figures (µs) against the load of a sweep's levels (concurrency or rate, log scale when
-    they span 8× or more), each level a dot; the knee, when there is one, a dashed vertical."""
+    """Figures (µs, or with `share` fractions of calls drawn from 0 to 100 %) against the load
+    of a sweep's levels (concurrency or rate, log scale when they span 8× or more), each level
+    a dot; the knee, when there is one, a dashed vertical."""
     values = [v for s in series for v in s.values if v is not None]
+    y_label = "share of calls" if share else "latency"
+    y_text: Callable[[float], str] = fmt.percent if share else fmt.duration
     if not levels or not values:
-        return Chart(title, x_label, "latency", note="no figures at any level")
+        return Chart(title, x_label, y_label, note="no figures at any level")
     spread = max(levels) / min(levels) >= 8 if min(levels) > 0 else False
     if spread:
         x_lo, x_hi, x_ticks = _log_ticks(min(levels), max(levels), lambda v: f"{v:g}")
         x_ticks = [Tick(v, f"{v:g}") for v in levels]
     else:
         x_lo, x_hi, x_ticks = _linear_ticks(0, max(levels), lambda v: f"{v:g}")
-    y_lo, y_hi, y_ticks = _linear_ticks(0, max(values), fmt.duration)
+    y_lo, y_hi, y_ticks = _linear_ticks(0, 1.0 if share else max(values), y_text)
     xs = _Scale(x_lo, x_hi, LEFT, WIDTH - RIGHT, log=spread)
     ys = _Scale(y_lo, y_hi, HEIGHT - BOTTOM, TOP, log=False)
     lines: list[Polyline] = []
@@ -413,8 +418,7 @@ def load_chart(
         pts = [(level, v) for level, v in zip(levels, s.values, strict=True) if v is not None]
         lines.append(Polyline(" ".join(f"{xs(x)},{ys(y)}" for x, y in pts), css, s.label))
         dots.extend(
-            Dot(xs(x), ys(y), css, f"{s.label} at {x_label} {x:g} = {fmt.duration(y)}")
-            for x, y in pts
+            Dot(xs(x), ys(y), css, f"{s.label} at {x_label} {x:g} = {y_text(y)}") for x, y in pts
         )
     segments: tuple[Segment, ...] = ()
     if knee is not None:
@@ -423,7 +427,7 @@ def load_chart(
     return Chart(
         title,
         x_label + (" (log scale)" if spread else ""),
-        "latency",
+        y_label,
         x_ticks=_pixel_ticks(x_ticks, xs),
         y_ticks=_pixel_ticks(y_ticks, ys),
         lines=tuple(lines),

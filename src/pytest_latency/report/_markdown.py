@@ -20,7 +20,15 @@ from pytest_latency import units as fmt
 from pytest_latency.by_hand import FIGURES, by_hand_of_entry
 from pytest_latency.by_hand import HEADER as BY_HAND
 from pytest_latency.report import _diagnosis as diag
-from pytest_latency.report._view import cache_text, level_id, load_text, sweep_knee, sweeps
+from pytest_latency.report._view import (
+    cache_text,
+    goodput_cell,
+    level_id,
+    load_text,
+    sweep_goodput,
+    sweep_knee,
+    sweeps,
+)
 from pytest_latency.results import (
     MIN_VALUES,
     SIGNIFICANCE,
@@ -235,6 +243,7 @@ def _sweeps_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
     lines: list[str] = []
     for name, levels in sweeps(tests).items():
         _, knee_sentence = sweep_knee(levels)
+        goodput = sweep_goodput(levels)
         lines += [f"### Sweep {escape(name)}", "", escape(knee_sentence), ""]
         lines += _table(
             (
@@ -247,6 +256,7 @@ def _sweeps_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
                 "queue p95",
                 "ttft_intended p95",
                 "in flight",
+                *(escape(expr) for expr in goodput),
                 "verdict",
             ),
             [
@@ -256,6 +266,7 @@ def _sweeps_section(tests: Sequence[Mapping[str, Any]]) -> list[str]:
                     _stat(t, "queue", "p95"),
                     _stat(t, "ttft_intended", "p95"),
                     str(t["load"].get("in_flight_max") or fmt.ABSENT),
+                    *(escape(goodput_cell(t, expr)) for expr in goodput),
                     _test_verdict(t),
                 )
                 for t in levels[:MAX_ROWS]

@@ -151,12 +151,14 @@ class SweepRow:
     in_flight: str
     verdict: str
     knee: bool
+    goodput: tuple[str, ...]  # each of the sweep's `goodput` budgets' share at this level
 
 
 @dataclass(frozen=True, slots=True)
 class SweepView:
     name: str
     knee: str
+    goodput: tuple[str, ...]  # the sweep's good(...) budgets, as written
     rows: tuple[SweepRow, ...]
     charts: tuple[charts.Chart, ...]
 
@@ -469,6 +471,42 @@ def sweep_knee(levels: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
     )
 
 
+def sweep_goodput(levels: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The `good(...)` budgets judged at any of a sweep's levels (as written, in the order first
+    seen): goodput against load is the figure that says where the service stops being good."""
+    found: dict[str, None] = {}
+    for test in levels:
+        for entry in test.get("budgets") or ():
+            if isinstance(entry, Mapping) and entry.get("metric") == "good":
+                found.setdefault(str(entry.get("expr", "")), None)
+    return tuple(found)
+
+
+def _goodput_entry(test: Mapping[str, Any], expr: str) -> Mapping[str, Any] | None:
+    for entry in test.get("budgets") or ():
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("metric") == "good"
+            and entry.get("expr") == expr
+        ):
+            return entry
+    return None
+
+
+def goodput_cell(test: Mapping[str, Any], expr: str) -> str:
+    """A level's share of good calls under one good(...) budget, as the judgement wrote it
+    (`estimate_text`: never rounded onto its threshold); the Markdown reads it too."""
+    entry = _goodput_entry(test, expr)
+    text = entry.get("estimate_text") if entry is not None else None
+    return str(text) if text else fmt.ABSENT
+
+
+def _goodput_share(test: Mapping[str, Any], expr: str) -> float | None:
+    entry = _goodput_entry(test, expr)
+    estimate = entry.get("estimate") if entry is not None else None
+    return float(estimate) if isinstance(estimate, (int, float)) else None
+
+
 def _sweep_view(
     name: str, levels: Sequence[Mapping[str, Any]], anchors: Mapping[str, str]
 ) -> SweepView:
@@ -489,7 +527,7 @@ def _sweep_view(
     ttft = [series("ttft", "p50", "ttft"), series("ttft", "p95", "e2e")]
     if any(_p95(t, "ttft_intended") is not None for t in levels):
         ttft.append(series("ttft_intended", "p95", "tpot"))
-    drawn = (
+    drawn: tuple[charts.Chart, ...] = (
         charts.load_chart("TTFT against load", x_label, xs, ttft, index),
         charts.load_chart(
             "TPOT against load",
@@ -499,6 +537,26 @@ def _sweep_view(
             index,
         ),
     )
+    goodput = sweep_goodput(levels)
+    if goodput:
+        colours = ("ttft", "tpot", "e2e", "itl", "ttfb")
+        drawn += (
+            charts.load_chart(
+                "Goodput against load",
+                x_label,
+                xs,
+                [
+                    charts.LoadSeries(
+                        colours[i % len(colours)],
+                        expr,
+                        tuple(_goodput_share(t, expr) for t in levels),
+                    )
+                    for i, expr in enumerate(goodput)
+                ],
+                index,
+                share=True,
+            ),
+        )
     rows = tuple(
         SweepRow(
             level=level_id(t),
@@ -513,10 +571,11 @@ def _sweep_view(
             in_flight=str((t.get("load") or {}).get("in_flight_max") or fmt.ABSENT),
             verdict=_test_verdict(t),
             knee=i == index,
+            goodput=tuple(goodput_cell(t, expr) for expr in goodput),
         )
         for i, t in enumerate(levels)
     )
-    return SweepView(name, sentence, rows, drawn)
+    return SweepView(name, sentence, goodput, rows, drawn)
 
 
 def _load_statement(test: Mapping[str, Any]) -> Statement | None:
