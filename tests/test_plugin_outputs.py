@@ -361,6 +361,15 @@ def test_a_stop_signal_writes_a_partial_result_with_what_it_measured_and_exits_p
         "-p",
         "no:cacheprovider",
     ]
+    stop = getattr(signal, name)
+
+    def as_a_terminal_starts_it() -> None:
+        # The signal's default disposition in the run: started under `nohup` (as CI scripts often
+        # are) this suite's processes inherit SIGHUP ignored, which the plugin rightly leaves
+        # alone (`_signals`: an ignored signal stays ignored), so the run slept on through it
+        # (CI, session 11: the thread stacks showed test_b still sleeping 60 s after SIGHUP).
+        signal.signal(stop, signal.SIG_DFL)
+
     process = subprocess.Popen(
         command,
         cwd=tester.path,
@@ -368,6 +377,7 @@ def test_a_stop_signal_writes_a_partial_result_with_what_it_measured_and_exits_p
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=group,
+        preexec_fn=as_a_terminal_starts_it,
     )
     lines: list[str] = []
     assert process.stdout is not None
@@ -386,14 +396,13 @@ def test_a_stop_signal_writes_a_partial_result_with_what_it_measured_and_exits_p
             time.sleep(0.05)
         signalled = time.monotonic()
         if group:
-            os.killpg(process.pid, getattr(signal, name))
+            os.killpg(process.pid, stop)
         else:
-            process.send_signal(getattr(signal, name))
+            process.send_signal(stop)
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            # Seen once in ~40 runs (CI, session 11): the run did not stop. Every thread's stack
-            # (faulthandler, on SIGABRT) says where it was.
+            # Every thread's stack (faulthandler, on SIGABRT) says where the run was.
             process.send_signal(signal.SIGABRT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
