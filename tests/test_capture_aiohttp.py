@@ -35,7 +35,10 @@ DECODE_MS = 4.0
 OUTPUT_TOKENS = 12
 # As tests/test_accuracy.py: bounds that hold on a busy 2-core machine and still catch a
 # consumer-paced stamp or a parse bias (tens of ms); benchmarks/ holds the strict targets.
-P50_BOUND_MS = 2.0
+# 5 ms, not 2: beside two CPU hogs and a second pytest-xdist worker the chunked case's median
+# came to 2.03 ms (half its calls 2-4 ms late: the loop thread waiting for a core; session 11),
+# as test_sim_gemini's did.
+P50_BOUND_MS = 5.0
 MAX_BOUND_MS = 20.0
 
 
