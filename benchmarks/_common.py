@@ -55,10 +55,22 @@ def spread(values: list[float], fmt: str) -> str:
     )
 
 
+# The accuracy targets (docs/performance.md): |measured - truth| at the median and the 99th
+# percentile, early or late alike. Every benchmark judges by these two.
+P50_TARGET_MS, P99_TARGET_MS = 1.0, 5.0
+
+
 def error_pct(errors: list[float], p: float) -> float:
-    """Nearest-rank `p`-th percentile of |errors|: the accuracy targets (1 ms p50, 5 ms p99) bound
-    the size of an error, early or late alike. NaN for no errors (a round that measured nothing)."""
+    """Nearest-rank `p`-th percentile of |errors|: the accuracy targets bound the size of an
+    error, early or late alike. NaN for no errors (a round that measured nothing)."""
     if not errors:
         return float("nan")
     ordered = sorted(abs(v) for v in errors)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def within_targets(*errors: list[float]) -> bool:
+    """Each list's |error| p50 and p99 within the accuracy targets (an empty list is not)."""
+    return all(
+        error_pct(e, 50) <= P50_TARGET_MS and error_pct(e, 99) <= P99_TARGET_MS for e in errors
+    )

@@ -27,16 +27,17 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 import httpx2
 import openai
-from _common import error_pct, load, spawn_sim
-from remote_sim import itl_errors, signed_error_of, truth_log, truth_of
+from _common import P50_TARGET_MS, P99_TARGET_MS, error_pct, load, spawn_sim
+from remote_sim import Error, itl_errors, signed_error_of, truth_log, truth_of
 
 from pytest_latency import capture
-from pytest_latency.metrics import call_metrics
+from pytest_latency.metrics import CallMetrics, call_metrics
 from pytest_latency.sim import TruthRecord
 from pytest_latency.wire import WireRecord
 
@@ -112,56 +113,66 @@ def _client(base: str, provider: str, is_async: bool, sink: Any) -> Any:
     return capture.instrument(cls(base_url=f"{base}/v1", api_key="k", max_retries=0), sink=sink)
 
 
-def _errors(records: list[WireRecord], truths: list[TruthRecord]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"ttft": [], "e2e": [], "tpot": [], "itl": []}
-    for record in records[1:]:  # the first call of a client is cold: excluded
+@dataclass(frozen=True)
+class _Call:
+    """One call, measured and matched with its truth once; every figure below reads these."""
+
+    record: WireRecord
+    measured: CallMetrics
+    truth: TruthRecord
+    error: Error
+    gaps: list[float]  # each ITL gap's error, ms
+
+    @property
+    def worst(self) -> float:
+        """The largest |error| of the call: ttft, e2e or any gap."""
+        return max([abs(self.error.ttft), abs(self.error.e2e), *(abs(g) for g in self.gaps)])
+
+
+def _calls(records: list[WireRecord], truths: list[TruthRecord]) -> list[_Call]:
+    """The warm calls (the first call of a client is cold: excluded), each measured once."""
+    out = []
+    for record in records[1:]:
         measured = call_metrics(record)
         truth = truth_of(record, truths)
         error = signed_error_of(record, measured, truth)
-        out["ttft"].append(error.ttft)
-        out["e2e"].append(error.e2e)
-        out["tpot"].append(error.tpot)
-        out["itl"] += itl_errors(measured, truth)
+        out.append(_Call(record, measured, truth, error, itl_errors(measured, truth)))
     return out
 
 
-P99_TARGET_MS = 5.0
+def _errors(calls: list[_Call]) -> dict[str, list[float]]:
+    return {
+        "ttft": [c.error.ttft for c in calls],
+        "e2e": [c.error.e2e for c in calls],
+        "tpot": [c.error.tpot for c in calls],
+        "itl": [g for c in calls for g in c.gaps],
+    }
 
 
-def _flags(records: list[WireRecord], truths: list[TruthRecord]) -> tuple[int, int]:
+def _flags(calls: list[_Call]) -> tuple[int, int]:
     """(calls the plugin flagged, calls off by more than the p99 target in ttft, e2e or any gap
     and not flagged). The product's promise is "within the target, or flagged": the second count
-    is what breaks it. The first call is excluded, as in `_errors`."""
-    flagged = unflagged_late = 0
-    for record in records[1:]:
-        measured = call_metrics(record)
-        if measured.flagged:
-            flagged += 1
-            continue
-        truth = truth_of(record, truths)
-        error = signed_error_of(record, measured, truth)
-        gaps = itl_errors(measured, truth)
-        worst = max([abs(error.ttft), abs(error.e2e), *(abs(g) for g in gaps)])
-        unflagged_late += worst > P99_TARGET_MS
-    return flagged, unflagged_late
+    is what breaks it."""
+    flagged = sum(bool(c.measured.flagged) for c in calls)
+    late = sum(c.worst > P99_TARGET_MS for c in calls if not c.measured.flagged)
+    return flagged, late
 
 
-def _late(records: list[WireRecord], truths: list[TruthRecord]) -> str:
-    """Why the calls whose ttft is over 1 ms off were late. From the first read to return after
-    the server sent the first content to the read that brought it: how many reads, how long the
-    consumer was away between them in all (the framework's own work on each chunk, while the
+def _late(calls: list[_Call]) -> str:
+    """Why the calls whose ttft is over the p50 target were late. From the first read to return
+    after the server sent the first content to the read that brought it: how many reads, how long
+    the consumer was away between them in all (the framework's own work on each chunk, while the
     next one waited in the socket) and how long those reads waited in all (the process or its
     event loop not running when the data came)."""
     reads: list[int] = []
     away: list[float] = []
     wait: list[float] = []
-    for record in records[1:]:
-        measured = call_metrics(record)
-        truth = truth_of(record, truths)
-        if abs(signed_error_of(record, measured, truth).ttft) <= 1.0:
+    for call in calls:
+        if abs(call.error.ttft) <= P50_TARGET_MS:
             continue
+        record, measured = call.record, call.measured
         assert measured.ttft is not None
-        sent = truth.content_events[0].t_sent_ns
+        sent = call.truth.content_events[0].t_sent_ns
         stamp = record.t_start_ns + measured.ttft * 1000  # the first content read's arrival
         previous = record.t_headers_ns or record.t_start_ns
         n, away_ns, wait_ns = 0, 0, 0
@@ -178,10 +189,11 @@ def _late(records: list[WireRecord], truths: list[TruthRecord]) -> str:
         wait.append(wait_ns / 1e6)
     if not away:
         return ""
-    if records[0].read_ahead:  # stamped as each piece arrived (aiohttp, --read-ahead): no "away"
-        return f"{len(away)} calls over 1 ms, stamped on arrival (its reader ran late)"
+    over = f"{P50_TARGET_MS:g} ms"
+    if calls[0].record.read_ahead:  # stamped as each piece arrived (aiohttp, --read-ahead)
+        return f"{len(away)} calls over {over}, stamped on arrival (its reader ran late)"
     return (
-        f"{len(away)} calls over 1 ms: {statistics.median(reads):.0f} reads from the first "
+        f"{len(away)} calls over {over}: {statistics.median(reads):.0f} reads from the first "
         f"content sent to its read, away {statistics.median(away):.2f} / {max(away):.2f} ms, "
         f"waiting {statistics.median(wait):.2f} / {max(wait):.2f} ms (median / max)"
     )
@@ -261,8 +273,8 @@ def main() -> None:
         for name, group, run in rows:
             httpx2.delete(f"{base}/_sim/truth")
             records = run()
-            truths = truth_log(base)
-            errors = _errors(records, truths)
+            calls = _calls(records, truth_log(base))
+            errors = _errors(calls)
             cells = []
             for metric, values in errors.items():
                 pooled.setdefault(group, {}).setdefault(metric, []).extend(values)
@@ -271,10 +283,10 @@ def main() -> None:
                     f"{error_pct(values, 99):8.3f} {max(abs(v) for v in values):8.3f}"
                 )
                 cells.append(f"{error_pct(values, 50):.3f} / {error_pct(values, 99):.3f}")
-            late = _late(records, truths)
+            late = _late(calls)
             if late:
                 print(f"{name:44} {late}")
-            flagged, unflagged_late = _flags(records, truths)
+            flagged, unflagged_late = _flags(calls)
             print(
                 f"{name:44} flagged {flagged}, over {P99_TARGET_MS:g} ms unflagged {unflagged_late}"
             )
