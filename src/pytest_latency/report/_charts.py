@@ -188,6 +188,8 @@ def _pixel_ticks(ticks: Sequence[Tick], scale: _Scale) -> tuple[Tick, ...]:
 # x positions are 1/(1−q): 50% → 2, 90% → 10, 99% → 100, 99.9% → 1000.
 _PCT_TICKS = ((0.0, "0%"), (50.0, "50%"), (90.0, "90%"), (99.0, "99%"), (99.9, "99.9%"))
 _SERIES_CSS = {"ttft": "s-ttft", "tpot": "s-tpot", "e2e": "s-e2e", "itl": "s-itl", "ttfb": "s-ttfb"}
+# The series colours in order, for a chart whose lines are not metrics (goodput per budget).
+SERIES_COLOURS: tuple[str, ...] = tuple(_SERIES_CSS)
 
 
 @dataclass(frozen=True, slots=True)

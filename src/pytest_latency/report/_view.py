@@ -7,9 +7,9 @@ tests get full charts (failing budgets first; the number is capped so the report
 grow with the run), the rollups and the environment. Everything here is plain text and numbers:
 the template escapes it all, and no HTML is built in Python. May import `results` (the schema's
 helpers), `histogram` (to read a block's buckets), `catalogue` (how each call flag reads),
-`by_hand` (the "by hand" cell), `spend` (the cost and cache-savings cells, the spend line and
-the price stamp's text), `load` (how a load shape is named), `pools` (the type) and its siblings;
-never jinja2.
+`by_hand` (the "by hand" cell), `budgets` (the goodput metric's name), `spend` (the cost and
+cache-savings cells, the spend line and the price stamp's text), `load` (how a load shape is
+named), `pools` (the type) and its siblings; never jinja2.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_latency import units as fmt
+from pytest_latency.budgets import GOOD
 from pytest_latency.by_hand import by_hand_of_entry
 from pytest_latency.catalogue import FLAG_SPECS
 from pytest_latency.diagnose import Thresholds, knee, leaning, overlap_of, title
@@ -477,18 +478,14 @@ def sweep_goodput(levels: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for test in levels:
         for entry in test.get("budgets") or ():
-            if isinstance(entry, Mapping) and entry.get("metric") == "good":
+            if isinstance(entry, Mapping) and entry.get("metric") == GOOD:
                 found.setdefault(str(entry.get("expr", "")), None)
     return tuple(found)
 
 
 def _goodput_entry(test: Mapping[str, Any], expr: str) -> Mapping[str, Any] | None:
     for entry in test.get("budgets") or ():
-        if (
-            isinstance(entry, Mapping)
-            and entry.get("metric") == "good"
-            and entry.get("expr") == expr
-        ):
+        if isinstance(entry, Mapping) and entry.get("metric") == GOOD and entry.get("expr") == expr:
             return entry
     return None
 
@@ -539,7 +536,7 @@ def _sweep_view(
     )
     goodput = sweep_goodput(levels)
     if goodput:
-        colours = ("ttft", "tpot", "e2e", "itl", "ttfb")
+        colours = charts.SERIES_COLOURS
         drawn += (
             charts.load_chart(
                 "Goodput against load",
