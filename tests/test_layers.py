@@ -39,6 +39,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "httpx2": {"plugin", "capture"},
     "httpx": {"capture"},
     "pytest_asyncio": {"plugin"},  # optional: async client fixtures close in the test's loop
+    "xdist": {"plugin"},  # the scheduler of a run with split tests (`_shard_schedule`)
     "anthropic": {"plugin"},
     "openai": {"plugin"},
     "google": {"plugin"},  # google-genai, optional: the gemini_client fixtures

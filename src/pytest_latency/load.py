@@ -7,8 +7,10 @@ caller prefixes with where it came from), and `Schedule`, the intended starts an
 gives: gamma-distributed gaps of mean 1/rate and shape `burstiness` (vLLM `bench serve
 --burstiness`: 1 is a Poisson process, below 1 burstier, above 1 steadier), or equal gaps for
 `arrival="constant"`. The gaps come from a seeded `random.Random` (stdlib: a schedule of a few
-thousand gaps needs nothing more), so a run repeats its schedule. A leaf: stdlib only, imports
-nothing from the package.
+thousand gaps needs nothing more), so a run repeats its schedule. And the arithmetic of a shape
+split across pytest-xdist workers (`Shard`, `Load.share`, `joined`): each shard's part of the
+samples, the concurrency and the rate, and the whole again from the parts. A leaf: stdlib only,
+imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
 ARRIVALS = ("poisson", "constant")
@@ -62,6 +65,24 @@ class Load(NamedTuple):
             return self.concurrency
         return None if self.open_loop else 1
 
+    def share(self, shard: Shard) -> Load:
+        """This shape's part on one shard: its part of the concurrency (`Shard.part`) and of
+        the rate, on a seed of its own (the shards' Poisson schedules must not coincide)."""
+        return self._replace(
+            concurrency=None if self.concurrency is None else shard.part(self.concurrency),
+            rate=None if self.rate is None else self.rate / shard.count,
+            seed=self.seed + shard.index,
+        )
+
+    def phase_s(self, shard: Shard) -> float:
+        """When a shard's schedule starts after the first shard's, in seconds: constant arrivals
+        interleave (each shard's starts fall between the others', as one schedule of the whole
+        rate would place them); Poisson ones need no phase, their seeds differ."""
+        if self.rate is None or self.arrival != "constant":
+            return 0.0
+        # Read on the shard's part: its rate times the count is the whole rate.
+        return shard.index / (self.rate * shard.count)
+
     def describe(self) -> str:
         """The shape in one phrase, as the outputs name it."""
         parts = []
@@ -72,6 +93,37 @@ class Load(NamedTuple):
         if self.concurrency is not None:
             parts.append(f"concurrency {self.concurrency}")
         return ", ".join(parts) or "sequential"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One of the `count` parts a test's load is split into across pytest-xdist workers
+    (`split=True`), `index` from 0."""
+
+    index: int
+    count: int
+
+    @property
+    def id(self) -> str:
+        """The shard's part of the test id: `shard=1/2`."""
+        return f"shard={self.index + 1}/{self.count}"
+
+    def part(self, total: int) -> int:
+        """This shard's part of `total` (samples, a concurrency): the parts differ by at most
+        one and add up to `total` (the first shards take the remainder)."""
+        return total // self.count + (self.index < total % self.count)
+
+
+def joined(parts: list[Load]) -> Load:
+    """The whole shape of the shards' parts (`Load.share`): their concurrencies and rates
+    added up, on the first shard's seed (the shape as it was written)."""
+    first = parts[0]
+    concurrency = [p.concurrency for p in parts]
+    rates = [p.rate for p in parts]
+    return first._replace(
+        concurrency=None if None in concurrency else sum(c for c in concurrency if c),
+        rate=None if None in rates else sum(r for r in rates if r),
+    )
 
 
 def format_rate(rate: float) -> str:
@@ -185,7 +237,9 @@ __all__ = [
     "Load",
     "LoadError",
     "Schedule",
+    "Shard",
     "format_rate",
+    "joined",
     "load_of",
     "read_value",
 ]

@@ -21,16 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_latency.calls import Call, ManualValue, SampleSpan
+from pytest_latency.calls import OUTSIDE, Call, ManualValue, SampleSpan
 from pytest_latency.pools import Pool
 
 if TYPE_CHECKING:
     from pytest_latency.diagnose import Finding
-    from pytest_latency.load import Load
+    from pytest_latency.load import Load, Shard
     from pytest_latency.recording import Measured
     from pytest_latency.verdicts import Judgement
 
 Wire = dict[str, Any]
+# A joined record's outcome: the first of these any shard had.
+_WORST_FIRST = ("interrupted", "failed", "skipped")
 
 
 @dataclass(slots=True)
@@ -66,6 +68,14 @@ class TestData:
     load: Load | None = None
     # The sweep it is one level of (`plugin._sweep.sweep_name`: its node id, the level as `*`).
     sweep: str | None = None
+    # One shard of a test split across pytest-xdist workers (`split=True`): which, whether it
+    # ran apart from the others (it gave up waiting for them), and the budgets (as written) it
+    # leaves to be judged where the shards are joined.
+    shard: Shard | None = None
+    apart: bool = False
+    pending: tuple[str, ...] = ()
+    # A split test's joined record: how many shards (workers) its samples ran on; 0: one process.
+    shards: int = 0
     _pool: Pool | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -126,6 +136,50 @@ class TestData:
             _pool=self._pool,
         )
 
+    @classmethod
+    def joined(cls, parts: Sequence[TestData], nodeid: str) -> TestData:
+        """The record of a split test (`split=True`) from its shards' records, by shard: their
+        calls, values and sample spans together, each shard's samples numbered after the
+        previous shards' (kept ones from 0 on, warmup ones from -2 down, as one process numbers
+        them), so every figure of the joined pool is exact; the load shape is the whole one
+        (`load.joined`); the outcome is the worst shard's. Not judged or diagnosed yet."""
+        from pytest_latency.load import joined
+
+        calls: list[Call] = []
+        manual: list[ManualValue] = []
+        spans: list[SampleSpan] = []
+        kept = warm = 0
+        for part in parts:
+
+            def moved(sample: int, warmup: bool, kept: int = kept, warm: int = warm) -> int:
+                if sample == OUTSIDE:
+                    return sample
+                return sample - warm if warmup else sample + kept
+
+            calls += (dataclasses.replace(c, sample=moved(c.sample, c.warmup)) for c in part.calls)
+            manual += (m._replace(sample=moved(m.sample, m.warmup)) for m in part.manual)
+            spans += (s._replace(sample=moved(s.sample, s.warmup)) for s in part.spans)
+            kept += part.samples
+            warm += part.warmup
+        loads = [p.load for p in parts if p.load is not None]
+        outcomes = [p.outcome for p in parts]
+        first = parts[0]
+        return cls(
+            nodeid=nodeid,
+            samples=kept,
+            warmup=warm,
+            calls=tuple(calls),
+            manual=tuple(manual),
+            spans=tuple(spans),
+            location=first.location,
+            outcome=next((o for o in _WORST_FIRST if o in outcomes), first.outcome),
+            load=joined(loads) if len(loads) == len(parts) else None,
+            sweep=first.sweep,
+            apart=any(p.apart for p in parts),
+            pending=first.pending,
+            shards=first.shard.count if first.shard is not None else len(parts),
+        )
+
     # ---- the plain-data form on the test report --------------------------------------------------
 
     def to_wire(self) -> Wire:
@@ -156,6 +210,13 @@ class TestData:
             out["load"] = self.load._asdict()
         if self.sweep is not None:
             out["sweep"] = self.sweep
+        if self.shard is not None:
+            out["shard"] = [self.shard.index, self.shard.count]
+            out["pending"] = list(self.pending)
+        if self.shard is not None or self.shards:
+            out["apart"] = self.apart
+        if self.shards:
+            out["shards"] = self.shards
         return out
 
     @classmethod
@@ -201,6 +262,10 @@ class TestData:
             teardown=bool(data.get("teardown", False)),
             load=_load_of(data.get("load")),
             sweep=data.get("sweep"),
+            shard=_shard_of(data.get("shard")),
+            apart=bool(data.get("apart", False)),
+            pending=tuple(str(e) for e in data.get("pending", ())),
+            shards=int(data.get("shards", 0)),
         )
 
 
@@ -210,6 +275,14 @@ def _load_of(data: object) -> Load | None:
     from pytest_latency.load import Load
 
     return Load(**{k: v for k, v in data.items() if k in Load._fields})
+
+
+def _shard_of(data: object) -> Shard | None:
+    if not isinstance(data, list) or len(data) != 2:
+        return None
+    from pytest_latency.load import Shard
+
+    return Shard(int(data[0]), int(data[1]))
 
 
 __all__ = ["TestData", "Wire"]

@@ -46,6 +46,7 @@ from pytest_latency.plugin._state import (
     HELD_NAME,
     RUN_KEY,
     SAMPLER_NAME,
+    SCHEDULER_NAME,
     SETTINGS_KEY,
     TRACKER_NAME,
     WORKER_NAME,
@@ -125,6 +126,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_latency.plugin._stopped import WorkerSide
 
         config.pluginmanager.register(WorkerSide(run, workeroutput), WORKER_NAME)
+    if outputs is not None and config.getoption("dist", "no") == "load":
+        # pytest-xdist's controller: split tests' shards go to workers of their own.
+        from pytest_latency.plugin._shard_schedule import ShardScheduler
+
+        config.pluginmanager.register(ShardScheduler(), SCHEDULER_NAME)
     if outputs is not None:
         collector = LatencyCollector(run, settings, outputs)
         config.pluginmanager.register(collector, COLLECTOR_NAME)
@@ -143,7 +149,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     tracker = config.pluginmanager.get_plugin(TRACKER_NAME)
     if isinstance(tracker, TestTracker):
         tracker.thaw()
-    for name in (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME, WORKER_NAME, HELD_NAME):
+    names = (COLLECTOR_NAME, TRACKER_NAME, SAMPLER_NAME, WORKER_NAME, HELD_NAME, SCHEDULER_NAME)
+    for name in names:
         registered = config.pluginmanager.get_plugin(name)
         if registered is not None:
             config.pluginmanager.unregister(registered)

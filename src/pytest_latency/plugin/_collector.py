@@ -25,13 +25,14 @@ import pytest
 from pytest_latency.plugin._annotations import annotation_lines
 from pytest_latency.plugin._junit import junit_cases
 from pytest_latency.plugin._outputs import Outputs, run_info, write_outputs
-from pytest_latency.plugin._sampling import in_flight
+from pytest_latency.plugin._sampling import in_flight, judge_joined
 from pytest_latency.plugin._signals import Interruption
 from pytest_latency.plugin._state import ESCAPED_KEY, HELD_NAME, RunState, Settings
 from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, PRICES_KEY, HeldReports
 
 if TYPE_CHECKING:
     from pytest_latency.audit import Escape
+    from pytest_latency.plugin._split import Joiner
     from pytest_latency.results import ResultBuilder
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
@@ -48,6 +49,7 @@ class LatencyCollector:
         self._escaped: list[Escape] = []  # the workers' audits' (`audit`)
         self._workers: dict[str, int] = {}  # a running pytest-xdist worker's id → its pid
         self._interruption: Interruption | None = None
+        self._joiner: Joiner | None = None  # split tests' shards (`_split`), once one reports
         # The result file is built test by test as records arrive, when anything will read it,
         # so the end of the session only finishes the rollups.
         self._builder: ResultBuilder | None = None
@@ -58,10 +60,27 @@ class LatencyCollector:
 
     def collect(self, report: pytest.TestReport, test: TestData) -> None:
         """One test's record, from its call report or, for calls made after it, its teardown
-        report (this process's or a worker's)."""
+        report (this process's or a worker's). A split test's shards are held until the last
+        one reports, then joined and judged as one test."""
+        if test.shard is not None:
+            joined = self._join(report, test)
+            if joined is not None:
+                self._add(joined)
+            return
         if not test.teardown:
             test.outcome = report.outcome
         self._add(test)
+
+    def _join(self, report: pytest.TestReport, test: TestData) -> TestData | None:
+        if self._joiner is None:
+            from pytest_latency.plugin._split import Joiner
+
+            self._joiner = Joiner()
+        if test.teardown:
+            return self._joiner.late(test)
+        test.outcome = report.outcome
+        joined = self._joiner.add(test)
+        return None if joined is None else judge_joined(report, joined, self._settings)
 
     def _add(self, test: TestData) -> None:
         """A record: a test's, or its late calls (added to the test's record if it has one)."""
@@ -137,6 +156,10 @@ class LatencyCollector:
         finally:
             if self._interruption is not None:
                 self._interruption.end()  # from here a stop signal waits for the outputs
+        if self._joiner is not None:  # split tests some shard of which never reported
+            for joined in self._joiner.leftovers():
+                self._add(judge_joined(None, joined, self._settings))
+            _remove_meetings(session.config)
         budget_file = self._settings.budget_file
         if budget_file is not None and budget_file.session:
             from pytest_latency.pools import Pool
@@ -325,3 +348,15 @@ def _worker_pid(node: Any) -> int | None:
     except Exception:  # no pid: a stop signal then interrupts at once, as without workers
         return None
     return int(pid) if parent == os.getpid() else None
+
+
+def _remove_meetings(config: pytest.Config) -> None:
+    """The split tests' meeting files (`_split.meet`), once every worker is done with them."""
+    dsession = config.pluginmanager.getplugin("dsession")
+    run_id = getattr(getattr(dsession, "nodemanager", None), "testrunuid", None)
+    if isinstance(run_id, str) and run_id:
+        import shutil
+
+        from pytest_latency.plugin._split import meeting_folder
+
+        shutil.rmtree(meeting_folder(run_id), ignore_errors=True)

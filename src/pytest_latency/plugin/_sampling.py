@@ -32,9 +32,10 @@ from pytest_latency.policies import effective_policy
 
 if TYPE_CHECKING:
     from pytest_latency.budgets import Expectation
-    from pytest_latency.load import Load
+    from pytest_latency.load import Load, Shard
     from pytest_latency.plugin._load import Batch
     from pytest_latency.plugin._routing import Router
+    from pytest_latency.plugin._split import Meeting
     from pytest_latency.recording import Recording
     from pytest_latency.testdata import TestData
     from pytest_latency.verdicts import Judgement
@@ -46,7 +47,7 @@ _SAMPLING_KWARGS = ("samples", "warmup", "max_samples")
 # The load shape's keys (`load.LOAD_KEYS`), spelled here too: the plan is read for every test
 # with a marker, and `load` loads only for a test that gives one of them.
 _LOAD_KWARGS = ("concurrency", "rate", "arrival", "burstiness", "seed")
-_MARKER_KWARGS = _SAMPLING_KWARGS + _LOAD_KWARGS
+_MARKER_KWARGS = (*_SAMPLING_KWARGS, *_LOAD_KWARGS, "split")
 
 NO_CALLS_HINT = (
     "pytest-latency: this test has latency budgets but made no captured LLM call.\n"
@@ -121,7 +122,19 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
             shape.setdefault(name, (value, f"{budget_file.path if budget_file else ''} [defaults]"))
     load = _load_of(shape, item.nodeid) if shape else None
     expectations = tuple(e for e in own + from_file if _applies(e, load, level, swept, source))
-    return SamplingPlan(expectations, samples, warmup or 0, max_samples or samples, load)
+    plan = SamplingPlan(expectations, samples, warmup or 0, max_samples or samples, load)
+    split = next((m.kwargs["split"] for m in markers if "split" in m.kwargs), None)
+    if split is not None:
+        from pytest_latency.plugin import _split
+
+        try:
+            _split.check_split(split, plan)
+        except _split.SplitError as exc:
+            raise BudgetError(f"{source}: {exc}") from None
+        shard = _sweep.shard_of(item)
+        if shard is not None:
+            plan = _split.share_plan(plan, shard)
+    return plan
 
 
 def _level_value(
@@ -413,7 +426,8 @@ def attach(report: pytest.TestReport, test: TestData, handoff: Handoff) -> None:
     """Put a test's record on its report as plain data (what pytest-xdist forwards, and what
     any plugin that serialises reports, such as pytest-reportlog, can write), and hand the
     object itself to this process's tracker, which then needs to rebuild nothing."""
-    if handoff.blocks and test.calls and test.blocks is None:
+    # A shard's blocks are the joined record's, built where the shards are joined.
+    if handoff.blocks and test.calls and test.blocks is None and test.shard is None:
         from pytest_latency.results import test_blocks
 
         test.blocks = test_blocks(test)
@@ -476,6 +490,9 @@ class Sampler:
 
         warm_imported()  # clients the test built itself: their SDK's first-use work, unmeasured
         run_samples(plan.warmup, warmup=True)
+        shard = _sweep.shard_of(pyfuncitem)
+        if shard is not None:  # a split test's shard: its kept samples start with the others'
+            _meet(pyfuncitem, plan, shard)
         run_samples(plan.samples, warmup=False)
         # Sequential sampling: an interval that straddles the budget narrows with n; draw more
         # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
@@ -577,6 +594,16 @@ class Sampler:
         level = _sweep.level_of(item)
         if level is not None:
             test.sweep = _sweep.sweep_name(item.nodeid, level)
+        shard = _sweep.shard_of(item)
+        if shard is not None:
+            # A shard's budgets are judged where the shards are joined (`judge_joined`), and
+            # its record is diagnosed there, with the others': here it is only carried.
+            meeting = item.stash.get(_MEETING_KEY, None)
+            test.shard, test.apart = shard, meeting is None or not meeting.together
+            test.pending = tuple(e.text for e in plan.expectations)
+            test.outcome = report.outcome
+            attach(report, test, self._handoff)
+            return report
         judgements: Sequence[Judgement] = ()
         if plan.budgeted:
             from pytest_latency.verdicts import confidence_for_looks, judge
@@ -608,6 +635,56 @@ class Sampler:
         # After the budgets: `too_few_samples` reads them.
         attach(report, _diagnosed(test, judgements), self._handoff)
         return report
+
+
+_MEETING_KEY: pytest.StashKey[Meeting] = pytest.StashKey()
+
+
+def _meet(item: pytest.Function, plan: SamplingPlan, shard: Shard) -> None:
+    """Wait for the other shards of a split test, then until their common start (and this
+    shard's phase in a constant schedule)."""
+    from pytest_latency.plugin import _split
+
+    workerinput = getattr(item.config, "workerinput", {})
+    meeting = _split.meet(str(workerinput.get("testrunuid", "")), item.nodeid, shard)
+    item.stash[_MEETING_KEY] = meeting
+    phase = plan.load.phase_s(shard) if plan.load is not None else 0.0
+    _split.sleep_until(meeting.start_ns + round(phase * 1e9))
+
+
+def judge_joined(report: pytest.TestReport | None, test: TestData, settings: Settings) -> TestData:
+    """A split test's joined record (`_split.Joiner`), judged and diagnosed on the controller:
+    its shards' budgets over every shard's calls; a miss, or shards that did not run together,
+    fails `report` (the last shard's, when it passed)."""
+    from pytest_latency.budgets import parse_expectation
+    from pytest_latency.plugin._split import APART_HINT, timeout_s
+
+    source = f"{test.nodeid} @pytest.mark.latency"
+    expectations = tuple(parse_expectation(text, source=source) for text in test.pending)
+    judgements: Sequence[Judgement] = ()
+    if expectations:
+        from pytest_latency.verdicts import confidence_for_looks, judge
+
+        test.policy = effective_policy(settings.policy, sampled_sequentially=False)
+        test.confidence = confidence_for_looks(1)
+        test.flagged_policy = settings.flagged
+        judgements = judge(
+            expectations,
+            test.pool,
+            policy=test.policy,
+            confidence=test.confidence,
+            flagged=settings.flagged,
+        )
+        test.judgements = tuple(judgements)
+    if report is not None and report.passed:
+        if test.apart:
+            report.outcome = "failed"
+            report.longrepr = APART_HINT.format(timeout=timeout_s())
+        elif expectations:
+            _fail_on_misses(report, test)
+        if report.failed:
+            test.outcome = "failed"
+    return _diagnosed(test, judgements)
 
 
 def _record_of(recording: Recording, report: pytest.TestReport) -> TestData:

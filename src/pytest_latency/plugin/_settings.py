@@ -73,10 +73,11 @@ GC_DESC = (
 GC_CHOICES = ("freeze", "keep")
 MARKER_DESC = (
     "latency(*expectations, samples=1, warmup=0, max_samples=None, concurrency=None, rate=None, "
-    "arrival='poisson', burstiness=1, seed=0): judge the LLM calls of this test against budget "
-    "expressions such as 'ttft.p95 < 400ms'; run the body warmup + samples times, and up to "
-    "max_samples while a verdict is inconclusive; concurrency samples at once, or started at "
-    "rate ('20/s') in an open loop (docs/load.md)"
+    "arrival='poisson', burstiness=1, seed=0, split=False): judge the LLM calls of this test "
+    "against budget expressions such as 'ttft.p95 < 400ms'; run the body warmup + samples times, "
+    "and up to max_samples while a verdict is inconclusive; concurrency samples at once, or "
+    "started at rate ('20/s') in an open loop, split across pytest-xdist workers with split=True "
+    "(docs/load.md)"
 )
 
 CAPTURE_CHOICES = ("fixtures", "auto")

@@ -46,6 +46,7 @@ TRACKER_NAME = "latency-tracker"
 SAMPLER_NAME = "latency-sampler"
 WORKER_NAME = "latency-worker"
 HELD_NAME = "latency-held-reports"
+SCHEDULER_NAME = "latency-shard-scheduler"
 
 
 # NamedTuples and plain classes, not dataclasses: pytest imports this module in every session of

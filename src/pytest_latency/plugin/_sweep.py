@@ -4,8 +4,9 @@ Owns the expansion of a `latency` marker whose `concurrency` or `rate` is a list
 per level (`pytest_generate_tests`: ids `concurrency=4`, `rate=20/s`, so a level is a node id of
 its own that `-k`, xdist and the reports all see), the level each such test runs at (`level_of`),
 the name of the sweep a test belongs to (its node id with the level as `*`), and which budgets a
-level filter (`ttft{concurrency=16}.p95 < 800ms`) applies to (`applies`). Cheap at import: this
-hook runs for every test function of the suite. May import `load` (lazily); pytest for the hook.
+level filter (`ttft{concurrency=16}.p95 < 800ms`) applies to (`applies`); its hook also makes a
+split test's shards (`_split.shards_of`). Cheap at import: this hook runs for every test
+function of the suite. May import `load` and `_split` (lazily); pytest for the hook.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_latency.budgets import Expectation
-    from pytest_latency.load import Load
+    from pytest_latency.load import Load, Shard
 
 # The keys a sweep may list, and a level filter may name (`budgets.LEVEL_FILTER_KEYS`).
 SWEPT = ("concurrency", "rate")
 # The pseudo-argument holding a test's level (a direct parametrization no test function takes).
 LEVEL_ARG = "_latency_level"
+# And a split test's shard (`_split`): read here, so an unsplit test never loads `_split`.
+SHARD_ARG = "_latency_shard"
 
 
 class Level(NamedTuple):
@@ -46,10 +49,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "latency" not in metafunc.definition.keywords:
         return
     levels = _levels(metafunc.definition)
-    if levels is None:
-        return
-    metafunc.fixturenames.append(LEVEL_ARG)
-    metafunc.parametrize(LEVEL_ARG, levels, ids=[level.id for level in levels])
+    if levels is not None:
+        metafunc.fixturenames.append(LEVEL_ARG)
+        metafunc.parametrize(LEVEL_ARG, levels, ids=[level.id for level in levels])
+    # A split test's shards, after its levels (`t[concurrency=4-shard=1/2]`), on a
+    # pytest-xdist worker only: the controller collects nothing, and without workers there
+    # is nothing to split across.
+    workerinput = getattr(metafunc.config, "workerinput", None)
+    split = any("split" in m.kwargs for m in metafunc.definition.iter_markers("latency"))
+    if split and isinstance(workerinput, dict):
+        from pytest_latency.plugin import _split
+
+        shards = _split.shards_of(metafunc.definition, int(workerinput.get("workercount", 1)))
+        if shards is not None:
+            metafunc.fixturenames.append(SHARD_ARG)
+            metafunc.parametrize(SHARD_ARG, shards, ids=[s.id for s in shards])
 
 
 def _levels(item: pytest.Item) -> list[Level] | None:
@@ -72,6 +86,12 @@ def level_of(item: pytest.Item) -> Level | None:
     callspec = getattr(item, "callspec", None)
     level = callspec.params.get(LEVEL_ARG) if callspec is not None else None
     return level if isinstance(level, Level) else None
+
+
+def shard_of(item: pytest.Item) -> Shard | None:
+    """The shard of a split test a test is (`_split`); None for a test that is not one."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get(SHARD_ARG) if callspec is not None else None
 
 
 def check_sweep(kwargs: Mapping[str, object]) -> None:
@@ -129,6 +149,7 @@ def _number(text: str) -> object:
 
 __all__ = [
     "LEVEL_ARG",
+    "SHARD_ARG",
     "SWEPT",
     "Level",
     "SweepError",
@@ -136,5 +157,6 @@ __all__ = [
     "check_sweep",
     "level_of",
     "pytest_generate_tests",
+    "shard_of",
     "sweep_name",
 ]

@@ -407,6 +407,11 @@ def load_text(test: Mapping[str, Any]) -> str | None:
         entry.get("burstiness") or 1.0,
     ).describe()
     text = f"{'Open' if rate is not None else 'Closed'} loop, {shape}"
+    split = entry.get("split")
+    if isinstance(split, Mapping):
+        text += f", split across {split.get('shards')} pytest-xdist workers" + (
+            "" if split.get("together") else " that did not run together"
+        )
     in_flight = entry.get("in_flight_max")
     if in_flight is not None:
         text += f": at most {in_flight} sample{'s' if in_flight != 1 else ''} in flight"

@@ -259,6 +259,8 @@ def _test_entry(test: TestData) -> dict[str, Any]:
         entry["load"] = _load_entry(test.load, figures.get("load"))
         if test.sweep is not None:
             entry["load"]["sweep"] = test.sweep
+        if test.shards:  # split across pytest-xdist workers, and whether they ran together
+            entry["load"]["split"] = {"shards": test.shards, "together": not test.apart}
     recorded = pool.manual_counts()
     if recorded:  # values recorded by hand (kept samples), by metric, in the order recorded
         entry["recorded"] = dict(recorded)

@@ -116,6 +116,14 @@ class ScheduleBlock(TypedDict):
     threshold_us: float
 
 
+class SplitBlock(TypedDict):
+    """A test split across pytest-xdist workers (`split=True`): on how many shards its samples
+    ran, and whether they ran together (a shard that waited for the others in vain ran alone)."""
+
+    shards: int
+    together: bool
+
+
 class LoadEntry(TypedDict):
     """The load shape a test's samples ran under (`load.Load`; null fields where it gave none:
     a closed loop has no rate, no arrival), and what was measured of it: the most samples in
@@ -130,6 +138,7 @@ class LoadEntry(TypedDict):
     in_flight_max: int | None
     schedule: NotRequired[ScheduleBlock]
     sweep: NotRequired[str]  # a level of a sweep: its node id with the level as `*`
+    split: NotRequired[SplitBlock]
 
 
 class TestEntry(TypedDict):

@@ -389,6 +389,7 @@ _LOAD: Final = _obj(
             required=("samples", "slipped"),
         ),
         "sweep": _str,
+        "split": _obj({"shards": _count, "together": _bool}, required=("shards", "together")),
     },
     required=("concurrency", "rate_per_s"),
 )

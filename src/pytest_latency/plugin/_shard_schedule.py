@@ -1,0 +1,72 @@
+"""The pytest-xdist scheduler of a run with split tests: each shard on a worker of its own.
+
+Owns `ShardScheduler`, the plugin object (registered on the controller of a `--dist load` run)
+whose `pytest_xdist_make_scheduler` returns `ShardFirst`: pytest-xdist's own load scheduling,
+except that the first tests each worker is sent are the split tests' shards, shard k of every
+split test to worker k, in collection order, so the shards of a test reach their meeting at
+about the same time (`_split.meet`) and none waits behind another shard of its own test. The
+rest of the collection is then sent as pytest-xdist sends it. A run with no split test is
+scheduled exactly as pytest-xdist would. Imports xdist (only this module, only on a
+controller of a distributed run); may import `_split`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from xdist.scheduler import LoadScheduling  # type: ignore[import-untyped]
+
+from pytest_latency.plugin import _split
+
+if TYPE_CHECKING:
+    import pytest
+
+
+class ShardFirst(LoadScheduling):  # type: ignore[misc]
+    # LoadScheduling's state, as this class reads it (pytest-xdist ships no type hints).
+    collection: list[str] | None
+    maxschedchunk: int | None
+    pending: list[int]
+    node2pending: dict[Any, list[int]]
+    node2collection: dict[Any, list[str]]
+
+    def schedule(self) -> None:
+        if self.collection is not None or not self.collection_is_completed:
+            super().schedule()
+            return
+        collection = next(iter(self.node2collection.values()), [])
+        shards = [i for i, nodeid in enumerate(collection) if _split.is_shard(nodeid)]
+        if not shards or not self._check_nodes_have_same_collection():
+            super().schedule()
+            return
+        self.collection = list(collection)
+        self.pending[:] = [i for i in range(len(collection)) if i not in set(shards)]
+        if self.maxschedchunk is None:
+            self.maxschedchunk = len(collection)
+        nodes = self.nodes
+        for index in shards:
+            shard = _split.shard_number(collection[index])
+            node = nodes[shard % len(nodes)]
+            self.node2pending[node].append(index)
+            node.send_runtest_some([index])
+        # The rest as pytest-xdist's load scheduling sends a collection: a first chunk to each
+        # worker (a worker runs a test once it knows the next one, or is told to shut down).
+        if self.pending:
+            chunk = max(2, min(len(collection) // len(nodes) // 4, self.maxschedchunk))
+            for node in nodes:
+                self._send_tests(node, chunk)
+        if not self.pending:
+            for node in nodes:
+                node.shutdown()
+
+
+class ShardScheduler:
+    """Registered on the controller of a `--dist load` run: its scheduler is `ShardFirst`."""
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> ShardFirst | None:
+        if config.getvalue("dist") != "load":
+            return None
+        return ShardFirst(config, log)
+
+
+__all__ = ["ShardFirst", "ShardScheduler"]
