@@ -286,6 +286,9 @@ def test_measured_metrics_agree_with_ground_truth(
     assert len(values) >= 100 if metric != "itl" else len(values) >= 1000
     assert p50 <= P50_BOUND_MS, f"{metric}: |error| p50 = {p50:.3f} ms (n={len(values)})"
     assert p99 <= P99_BOUND_MS, f"{metric}: |error| p99 = {p99:.3f} ms (n={len(values)})"
-    # The error is a delivery delay, not a bias: its signed median sits near zero for gaps.
+    # The error is a delivery delay, not a bias: its signed median sits near zero for gaps. A
+    # biased stamp (two events stamped at one read, a gap measured short and the next long)
+    # moves it by a whole gap, 2 ms here; a busy machine by a fifth of one (-0.21 ms beside two
+    # CPU hogs and a second xdist worker, whose gaps were off ±1.8 ms either way).
     if metric in ("itl", "tpot"):
-        assert abs(statistics.median(values)) <= 0.2
+        assert abs(statistics.median(values)) <= 0.5

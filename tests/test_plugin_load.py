@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import math
 import statistics
 from typing import Any
 
@@ -695,11 +696,14 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue #17's first check, through the marker: at concurrency 1, 4 and 16 against a provider
-    of 4 slots, the ttft p95 of each level is what `sim.expected_under_load` predicts for as many
-    closed-loop clients (the decode's slowdown at 4, the line's wait at 16), within bounds a busy
-    machine keeps: below by at most 15 % + 1 ms (its clients keep a shorter line), above by at
-    most 25 % + 15 ms (delivery only adds). The simulator runs in its own process."""
-    from remote_sim import flags_of, remote_simulator
+    of 4 slots, the ttft p95 of each level rises as `sim.expected_under_load` predicts for as
+    many closed-loop clients (the decode's slowdown at 4, the line's wait at 16): not below the
+    prediction by more than 15 % + 1 ms (its clients keep a shorter line), and above it by no
+    more than the simulator's own log shows it was late plus 25 % + 15 ms of delivery (a
+    simulator starved of CPU beside two hogs sent its first tokens late: p95 59 ms at 4 against
+    23 predicted; its log is the truth the plugin is held to, the model only where nothing
+    starved). The simulator runs in its own process."""
+    from remote_sim import flags_of, remote_simulator, truth_log
 
     from pytest_latency.sim import expected_under_load
 
@@ -733,18 +737,24 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
             "no:randomly",
             "--latency-json=out.json",
         )
+        # The levels run one after another, each 16 warmup calls then 48 samples.
+        truths = sorted(truth_log(base_url), key=lambda t: t.t_received_ns)
     result.assert_outcomes(passed=3)
+    assert len(truths) == 3 * 64
     tests = {t["nodeid"]: t for t in json.loads((pytester.path / "out.json").read_text())["tests"]}
     figures = []
-    for level in (1, 4, 16):
+    for index, level in enumerate((1, 4, 16)):
         entry = tests[f"test_inner.py::test_users[concurrency={level}]"]
         block = entry["metrics"]["ttft"]
         predicted = expected_under_load(LIMITED, level, prompt_tokens=7).ttft_ms
         p95 = block["p95"] / 1000
+        served = truths[index * 64 + 16 : (index + 1) * 64]
+        sent = sorted((t.ttft_ns or 0) / 1e6 for t in served)
+        sent_p95 = sent[math.ceil(0.95 * len(sent)) - 1]
         starved = entry["flags"]["cpu_starved"]
-        figures.append((level, predicted, p95, block["count"], starved))
+        figures.append((level, predicted, p95, sent_p95, block["count"], starved))
         assert block["count"] == 48, figures
-        assert p95 <= predicted * 1.25 + 15, figures
+        assert p95 <= max(predicted, sent_p95) * 1.25 + 15, figures
         # A client starved of CPU sends its next requests late and keeps a shorter line than a
         # closed loop's (beside two CPU hogs, 31 of 48 calls flagged at 16: p95 100 ms against
         # 155): the plugin says so, and the level is held to the rise alone.

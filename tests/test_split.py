@@ -52,7 +52,11 @@ def test_constant_arrivals_interleave_across_shards() -> None:
     phases = [load.share(Shard(i, 4)).phase_s(Shard(i, 4)) for i in range(4)]
     # One schedule of 20/s starts a sample every 50 ms: the four shards' at 0, 50, 100, 150.
     assert phases == pytest.approx([0.0, 0.05, 0.1, 0.15])
-    assert Load(rate=20.0).share(Shard(1, 2)).phase_s(Shard(1, 2)) == 0.0  # Poisson: seeds
+    # Poisson starts are staggered the same way: no burst of one sample per shard at the start.
+    assert Load(rate=20.0).share(Shard(1, 2)).phase_s(Shard(1, 2)) == pytest.approx(0.05)
+    assert Load(concurrency=4).share(Shard(1, 2)).phase_s(Shard(1, 2)) == 0.0  # closed loop
+    thirds = [Load(rate=0.7).share(Shard(i, 3)) for i in range(3)]
+    assert joined(thirds).rate == 0.7  # as written, not 0.7000000000000001
 
 
 @pytest.mark.parametrize(
@@ -228,16 +232,87 @@ def test_a_budget_judged_over_the_joined_calls_fails_the_run(pytester: pytest.Py
 
 
 def test_shards_that_cannot_meet_run_alone_and_fail_saying_so(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    # --dist loadfile sends a file's tests to one worker: the shards run one after the other.
+    # The second worker's shard is held up in its setup past the first one's wait.
+    pytester.makepyfile(
+        test_suite="""
+        import os, time
+        import pytest
+
+        @pytest.fixture
+        def late():
+            if os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+                time.sleep(3)
+
+        @pytest.mark.latency("ttft.p50 < 5s", samples=4, concurrency=2, split=True)
+        def test_split(late, ask):
+            ask()
+        """
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTEST_LATENCY_MEET_TIMEOUT", "1")
-        result, data = _run(pytester, "-n", "2", "--dist", "loadfile")
-    result.assert_outcomes(passed=2, failed=1)
+        result, data = _run(pytester, "-n", "2")
+    result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*shards of this split test did not run together*"])
     split = _test(data, "test_split")
     assert split["load"]["split"] == {"shards": 2, "together": False}
     assert split["outcome"] == "failed"
+
+
+def test_under_another_dist_mode_a_split_test_runs_whole(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result, data = _run(pytester, "-n", "2", "--dist", "loadfile")
+    result.assert_outcomes(passed=2)
+    split = _test(data, "test_split")
+    assert split["samples"] == 8 and "split" not in split["load"]
+
+
+def test_the_budget_files_rules_and_late_calls_belong_to_the_joined_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_suite="""
+        import pytest
+
+        @pytest.fixture
+        def after(ask):
+            yield
+            ask()  # a fixture's call at teardown: outside every sample, the test's all the same
+
+        @pytest.mark.latency(samples=4, concurrency=2, split=True)
+        def test_split(after, ask):
+            ask()
+        """
+    )
+    pytester.makefile(
+        ".toml",
+        budgets='[[budget]]\nselect = "test_suite.py::test_split"\nexpect = ["ttft.p50 < 1us"]\n',
+    )
+    result, data = _run(pytester, "-n", "2", "--latency-budget=budgets.toml")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*ttft.p50 < 1us*"])
+    assert [t["nodeid"] for t in data["tests"]] == ["test_suite.py::test_split"]
+    split = data["tests"][0]
+    assert split["call_count"] == 4 and split["unsampled_call_count"] == 2  # one per shard
+    assert [b["expr"] for b in split["budgets"]] == ["ttft.p50 < 1us"]
+
+
+def test_a_part_that_would_be_empty_is_a_collection_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_suite="""
+        import pytest
+
+        @pytest.mark.latency(concurrency=4, split=True)
+        def test_split(ask):
+            ask()
+        """
+    )
+    pytester.makefile(".toml", budgets="[defaults]\nsamples = 1\n")
+    pytester.makeconftest(CONFTEST)
+    result = pytester.runpytest_subprocess(
+        "-p", "xdist", "-n", "2", "--latency-sim=instant", "--latency-budget=budgets.toml"
+    )
+    result.stdout.fnmatch_lines(["*split across 2 workers needs at least 2*samples=1*"])
+    assert result.ret != 0
 
 
 def test_an_open_loop_and_a_sweep_split_across_workers(pytester: pytest.Pytester) -> None:

@@ -75,10 +75,11 @@ class Load(NamedTuple):
         )
 
     def phase_s(self, shard: Shard) -> float:
-        """When a shard's schedule starts after the first shard's, in seconds: constant arrivals
-        interleave (each shard's starts fall between the others', as one schedule of the whole
-        rate would place them); Poisson ones need no phase, their seeds differ."""
-        if self.rate is None or self.arrival != "constant":
+        """When a shard's schedule starts after the first shard's, in seconds: one mean gap of
+        the whole rate per shard before it. Constant arrivals then interleave (each shard's
+        starts fall between the others', as one schedule of the whole rate would place them);
+        Poisson ones, whose seeds differ, do not all start with a burst of one per shard."""
+        if self.rate is None:
             return 0.0
         # Read on the shard's part: its rate times the count is the whole rate.
         return shard.index / (self.rate * shard.count)
@@ -120,9 +121,10 @@ def joined(parts: list[Load]) -> Load:
     first = parts[0]
     concurrency = [p.concurrency for p in parts]
     rates = [p.rate for p in parts]
+    # The parts of a rate are its 1/count: their sum, to 12 digits, is the rate as written.
     return first._replace(
         concurrency=None if None in concurrency else sum(c for c in concurrency if c),
-        rate=None if None in rates else sum(r for r in rates if r),
+        rate=None if None in rates else float(f"{math.fsum(r for r in rates if r):.12g}"),
     )
 
 

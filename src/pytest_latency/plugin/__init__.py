@@ -2,8 +2,9 @@
 
 Nothing imports it. Its modules each own one thing: `_settings` (options and precedence),
 `_state` (stash keys and the values under them), `_routing` (which test a call belongs to),
-`_sampling` (plans, the sample loop, verdicts), `_collector` (the controller-side summary and
-session gate), `_signals` (stop signals as an interrupt), `_stopped` (the hooks of a stopped
+`_sampling` (plans, the sample loop, verdicts), `_sweep` and `_split` (a test at several load
+levels, and across pytest-xdist workers), `_collector` (the controller-side summary and session
+gate), `_signals` (stop signals as an interrupt), `_stopped` (the hooks of a stopped
 run), `_fixtures` (clients and recorder), `_outputs` (files and CI outputs). This
 module wires them: pluggy finds the hooks and fixtures re-exported here, and `pytest_configure`
 registers the plugin objects that need the run's state (the tracker on every process, the

@@ -30,6 +30,9 @@ from pytest_latency.plugin._signals import Interruption
 from pytest_latency.plugin._state import ESCAPED_KEY, HELD_NAME, RunState, Settings
 from pytest_latency.plugin._stopped import IN_FLIGHT_KEY, PRICES_KEY, HeldReports
 
+# The mark of a split test's shard in its node id (`_split`), looked for before `_split` loads.
+_SHARD = "shard="
+
 if TYPE_CHECKING:
     from pytest_latency.audit import Escape
     from pytest_latency.plugin._split import Joiner
@@ -62,7 +65,7 @@ class LatencyCollector:
         """One test's record, from its call report or, for calls made after it, its teardown
         report (this process's or a worker's). A split test's shards are held until the last
         one reports, then joined and judged as one test."""
-        if test.shard is not None:
+        if test.shard is not None or (test.teardown and _SHARD in test.nodeid):
             joined = self._join(report, test)
             if joined is not None:
                 self._add(joined)
@@ -71,16 +74,32 @@ class LatencyCollector:
             test.outcome = report.outcome
         self._add(test)
 
-    def _join(self, report: pytest.TestReport, test: TestData) -> TestData | None:
+    def _join(self, report: pytest.TestReport | None, test: TestData) -> TestData | None:
+        """A shard's record (its call report's, its late calls, or what it had measured when
+        the run stopped): the joined test's record once its last shard reported, else None."""
         if self._joiner is None:
             from pytest_latency.plugin._split import Joiner
 
             self._joiner = Joiner()
-        if test.teardown:
+        if report is None:
+            joined = self._joiner.in_flight(test)
+        elif test.teardown:
             return self._joiner.late(test)
-        test.outcome = report.outcome
-        joined = self._joiner.add(test)
-        return None if joined is None else judge_joined(report, joined, self._settings)
+        else:
+            test.outcome = report.outcome
+            joined = self._joiner.add(test)
+        if joined is None or joined.teardown:
+            return joined
+        return judge_joined(report, joined, self._settings)
+
+    def _add_in_flight(self, test: TestData) -> None:
+        """What a stopped worker's test in flight measured (a shard's goes to its test)."""
+        if _SHARD in test.nodeid:
+            joined = self._join(None, test)
+            if joined is not None:
+                self._add(joined)
+            return
+        self._add(test)
 
     def _add(self, test: TestData) -> None:
         """A record: a test's, or its late calls (added to the test's record if it has one)."""
@@ -144,10 +163,10 @@ class LatencyCollector:
             from pytest_latency.testdata import TestData
 
             if self._interruption is None:
-                self._add(TestData.from_wire(data))
+                self._add_in_flight(TestData.from_wire(data))
                 return
             with self._interruption.held():  # a stop must not leave a record half added
-                self._add(TestData.from_wire(data))
+                self._add_in_flight(TestData.from_wire(data))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -156,10 +175,11 @@ class LatencyCollector:
         finally:
             if self._interruption is not None:
                 self._interruption.end()  # from here a stop signal waits for the outputs
-        if self._joiner is not None:  # split tests some shard of which never reported
-            for joined in self._joiner.leftovers():
-                self._add(judge_joined(None, joined, self._settings))
-            _remove_meetings(session.config)
+            # Split tests some shard of which never reported (a crashed worker, a stopped
+            # run): what the others measured stays in the outputs.
+            if self._joiner is not None:
+                for joined in self._joiner.leftovers():
+                    self._add(judge_joined(None, joined, self._settings))
         budget_file = self._settings.budget_file
         if budget_file is not None and budget_file.session:
             from pytest_latency.pools import Pool
@@ -348,15 +368,3 @@ def _worker_pid(node: Any) -> int | None:
     except Exception:  # no pid: a stop signal then interrupts at once, as without workers
         return None
     return int(pid) if parent == os.getpid() else None
-
-
-def _remove_meetings(config: pytest.Config) -> None:
-    """The split tests' meeting files (`_split.meet`), once every worker is done with them."""
-    dsession = config.pluginmanager.getplugin("dsession")
-    run_id = getattr(getattr(dsession, "nodemanager", None), "testrunuid", None)
-    if isinstance(run_id, str) and run_id:
-        import shutil
-
-        from pytest_latency.plugin._split import meeting_folder
-
-        shutil.rmtree(meeting_folder(run_id), ignore_errors=True)

@@ -64,7 +64,12 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
     markers = list(item.iter_markers("latency"))
     budget_file = settings.budget_file
     marker_names = [m.name for m in item.iter_markers()]
-    rules = budget_file.rules_for(item.nodeid, marker_names) if budget_file else ()
+    nodeid = item.nodeid
+    if _sweep.shard_of(item) is not None:  # a shard is its test: the file's rules name that
+        from pytest_latency.plugin._split import unsharded
+
+        nodeid = unsharded(nodeid)
+    rules = budget_file.rules_for(nodeid, marker_names) if budget_file else ()
     if not markers and not rules:
         return None
     from pytest_latency.budgets import BudgetError, parse_expectation
@@ -129,11 +134,11 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
 
         try:
             _split.check_split(split, plan)
+            shard = _sweep.shard_of(item)
+            if shard is not None:
+                plan = _split.share_plan(plan, shard)
         except _split.SplitError as exc:
             raise BudgetError(f"{source}: {exc}") from None
-        shard = _sweep.shard_of(item)
-        if shard is not None:
-            plan = _split.share_plan(plan, shard)
     return plan
 
 
@@ -646,7 +651,7 @@ def _meet(item: pytest.Function, plan: SamplingPlan, shard: Shard) -> None:
     from pytest_latency.plugin import _split
 
     workerinput = getattr(item.config, "workerinput", {})
-    meeting = _split.meet(str(workerinput.get("testrunuid", "")), item.nodeid, shard)
+    meeting = _split.meet(str(workerinput.get(_split.MEETING_INPUT, "")), item.nodeid, shard)
     item.stash[_MEETING_KEY] = meeting
     phase = plan.load.phase_s(shard) if plan.load is not None else 0.0
     _split.sleep_until(meeting.start_ns + round(phase * 1e9))
@@ -676,14 +681,23 @@ def judge_joined(report: pytest.TestReport | None, test: TestData, settings: Set
             flagged=settings.flagged,
         )
         test.judgements = tuple(judgements)
-    if report is not None and report.passed:
+    if report is not None:
+        # As a test run whole records them: junitxml reads the report's copy.
+        for j in judgements:
+            prop = _property(j)
+            if prop not in report.user_properties:
+                report.user_properties.append(prop)
+    # A shard that failed or was skipped already says why; only a joined test whose every
+    # shard passed can still fail here.
+    if report is not None and report.passed and test.outcome == "passed":
+        xfail = getattr(report, "wasxfail", None)  # every shard's body passed under xfail
         if test.apart:
             report.outcome = "failed"
             report.longrepr = APART_HINT.format(timeout=timeout_s())
-        elif expectations:
-            _fail_on_misses(report, test)
-        if report.failed:
-            test.outcome = "failed"
+        elif expectations and _fail_on_misses(report, test) and xfail is not None:
+            report.outcome = "skipped"  # a missed budget fulfils the xfail, as in _xpassed
+            report.wasxfail = xfail
+        test.outcome = report.outcome
     return _diagnosed(test, judgements)
 
 
@@ -756,13 +770,18 @@ def _record_properties(
 ) -> None:
     """Budget results as junitxml <properties> (the report's copy is what junitxml reads)."""
     for j in judgements:
-        outcome = ("pass" if j.passed else "fail") + (
-            " (inconclusive)" if j.verdict == "inconclusive" else ""
-        )
-        prop = (f"latency: {j.expr}", f"{outcome}: {j.message}")
+        prop = _property(j)
         item.user_properties.append(prop)
         if prop not in report.user_properties:
             report.user_properties.append(prop)
+
+
+def _property(j: Judgement) -> tuple[str, str]:
+    """A budget's result as a junitxml property: its expression, and pass or fail with why."""
+    outcome = ("pass" if j.passed else "fail") + (
+        " (inconclusive)" if j.verdict == "inconclusive" else ""
+    )
+    return (f"latency: {j.expr}", f"{outcome}: {j.message}")
 
 
 def _xpassed(item: pytest.Item, report: pytest.TestReport) -> str | None:

@@ -6,20 +6,22 @@ except that the first tests each worker is sent are the split tests' shards, sha
 split test to worker k, in collection order, so the shards of a test reach their meeting at
 about the same time (`_split.meet`) and none waits behind another shard of its own test. The
 rest of the collection is then sent as pytest-xdist sends it. A run with no split test is
-scheduled exactly as pytest-xdist would. Imports xdist (only this module, only on a
-controller of a distributed run); may import `_split`.
+scheduled exactly as pytest-xdist would. It also names the run's meeting place for the workers
+(`_split.MEETING_INPUT` in each one's `workerinput`) and removes it at the end. Imports xdist
+(only this module, only on a controller of a distributed run); may import `_split`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import shutil
+import uuid
+from collections.abc import Generator
+from typing import Any
 
+import pytest
 from xdist.scheduler import LoadScheduling  # type: ignore[import-untyped]
 
 from pytest_latency.plugin import _split
-
-if TYPE_CHECKING:
-    import pytest
 
 
 class ShardFirst(LoadScheduling):  # type: ignore[misc]
@@ -61,12 +63,30 @@ class ShardFirst(LoadScheduling):  # type: ignore[misc]
 
 
 class ShardScheduler:
-    """Registered on the controller of a `--dist load` run: its scheduler is `ShardFirst`."""
+    """Registered on the controller of a `--dist load` run: its scheduler is `ShardFirst`
+    where it would have been pytest-xdist's own `LoadScheduling` (a conftest's or another
+    plugin's scheduler stays theirs), and each worker is told the run's meeting place."""
 
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> ShardFirst | None:
-        if config.getvalue("dist") != "load":
-            return None
-        return ShardFirst(config, log)
+    def __init__(self) -> None:
+        # New for every run: a shard never meets another run's (a reused --testrunuid) or a
+        # stopped run's files.
+        self.meeting = uuid.uuid4().hex
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_xdist_make_scheduler(
+        self, config: pytest.Config, log: Any
+    ) -> Generator[None, object, object]:
+        scheduler = yield
+        if type(scheduler) is LoadScheduling:
+            return ShardFirst(config, log)
+        return scheduler
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_split.MEETING_INPUT] = self.meeting
+
+    def pytest_unconfigure(self) -> None:
+        # Every worker is done with it by now.
+        shutil.rmtree(_split.meeting_folder(self.meeting), ignore_errors=True)
 
 
 __all__ = ["ShardFirst", "ShardScheduler"]

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from pytest_latency.plugin._sweep import MEETING_INPUT
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -79,11 +81,23 @@ def check_split(value: object, plan: SamplingPlan) -> None:
 
 
 def share_plan(plan: SamplingPlan, shard: Shard) -> SamplingPlan:
-    """A shard's part of its test's plan: its part of the samples (at least one) and of the
-    load; every shard warms up as the plan says (each warms its own process). No sequential
-    sampling: a look would judge one shard's part alone."""
+    """A shard's part of its test's plan: its part of the samples and of the load; every shard
+    warms up as the plan says (each warms its own process). No sequential sampling: a look
+    would judge one shard's part alone. A part that would be empty (samples or a concurrency
+    from budgets.toml below the number of shards) is a `SplitError`: the shard could run
+    nothing, or nothing at once."""
     assert plan.load is not None
-    samples = max(1, shard.part(plan.samples))
+    small = [
+        f"{name}={total}"
+        for name, total in (("samples", plan.samples), ("concurrency", plan.load.concurrency))
+        if total is not None and total < shard.count
+    ]
+    if small:
+        raise SplitError(
+            f"split across {shard.count} workers needs at least {shard.count} of each part, "
+            f"and this test has {' and '.join(small)}: raise it, or run with fewer workers"
+        )
+    samples = shard.part(plan.samples)
     return plan._replace(samples=samples, max_samples=samples, load=plan.load.share(shard))
 
 
@@ -109,6 +123,17 @@ def shard_number(nodeid: str) -> int:
     return int(match["i"]) - 1 if match is not None else 0
 
 
+def shard_in(nodeid: str) -> Shard | None:
+    """The shard a node id names (a record that carries no shard of its own: late calls, a
+    test in flight when the run stopped); None for a test that is not one."""
+    match = _SHARD_ID.search(nodeid)
+    if match is None:
+        return None
+    from pytest_latency.load import Shard
+
+    return Shard(int(match["i"]) - 1, int(match["n"]))
+
+
 # ---- the meeting (on each worker) ----------------------------------------------------------------
 
 
@@ -126,6 +151,8 @@ def meet(run_id: str, nodeid: str, shard: Shard) -> Meeting:
     folder = meeting_folder(run_id) / hashlib.sha256(unsharded(nodeid).encode()).hexdigest()[:20]
     folder.mkdir(parents=True, exist_ok=True)
     mine = folder / str(shard.index)
+    if mine.exists():  # this shard ran before in this run (a rerun): its peers have moved on
+        return Meeting(time.perf_counter_ns(), together=False)
     _write(mine, str(time.perf_counter_ns()))
     deadline = time.monotonic() + timeout_s()
     while True:
@@ -144,6 +171,8 @@ _APART = "apart"
 
 
 def meeting_folder(run_id: str) -> Path:
+    """The run's meeting place: `run_id` is the controller's own (`MEETING_INPUT`), new for
+    every run, so no run meets another's shards or a stopped run's files."""
     return Path(tempfile.gettempdir()) / f"pytest-latency-split-{run_id}"
 
 
@@ -165,7 +194,7 @@ def _write(path: Path, text: str) -> None:
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except OSError:  # not there yet, or (Windows) being replaced: read again at the next poll
         return None
 
 
@@ -196,6 +225,8 @@ class Joiner:
         last of its test's shards, else None."""
         assert test.shard is not None
         nodeid = unsharded(test.nodeid)
+        if test.outcome == "rerun":  # an attempt pytest-rerunfailures repeats: its retry counts
+            return None
         parts = self._parts.setdefault(nodeid, {})
         parts[test.shard.index] = test
         if len(parts) < test.shard.count:
@@ -214,6 +245,15 @@ class Joiner:
 
         return dataclasses.replace(test, nodeid=nodeid, shard=None, _pool=None)
 
+    def in_flight(self, test: TestData) -> TestData | None:
+        """What a shard in flight when the run stopped measured (a worker's `workeroutput`):
+        late calls of a joined test, or the shard's part, joined now with what the others
+        reported (the run is partial; the test is marked interrupted)."""
+        if test.teardown:
+            return self.late(test)
+        test.shard = shard_in(test.nodeid)
+        return self.add(test)
+
     def leftovers(self) -> list[TestData]:
         """At the end of the run, the tests some shard never reported (its worker crashed, the
         run stopped): joined from the shards that did, marked apart."""
@@ -221,6 +261,8 @@ class Joiner:
         for nodeid, parts in self._parts.items():
             joined = self._join(nodeid, [parts[i] for i in sorted(parts)])
             joined.apart = True
+            if joined.outcome == "passed":
+                joined.outcome = "interrupted"
             out.append(joined)
         self._parts.clear()
         return out
@@ -238,6 +280,7 @@ class Joiner:
 
 __all__ = [
     "APART_HINT",
+    "MEETING_INPUT",
     "MEET_TIMEOUT_ENV",
     "MEET_TIMEOUT_S",
     "Joiner",
@@ -247,6 +290,7 @@ __all__ = [
     "is_shard",
     "meet",
     "meeting_folder",
+    "shard_in",
     "shard_number",
     "shards_of",
     "share_plan",

@@ -27,6 +27,8 @@ SWEPT = ("concurrency", "rate")
 LEVEL_ARG = "_latency_level"
 # And a split test's shard (`_split`): read here, so an unsplit test never loads `_split`.
 SHARD_ARG = "_latency_shard"
+# In each pytest-xdist worker's `workerinput` under `--dist load`: the split tests' meeting place.
+MEETING_INPUT = "pytest_latency_meeting"
 
 
 class Level(NamedTuple):
@@ -54,10 +56,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(LEVEL_ARG, levels, ids=[level.id for level in levels])
     # A split test's shards, after its levels (`t[concurrency=4-shard=1/2]`), on a
     # pytest-xdist worker only: the controller collects nothing, and without workers there
-    # is nothing to split across.
+    # is nothing to split across. Only under `--dist load`, whose scheduler the plugin's is
+    # (it names the meeting place in `workerinput`: a worker's own `dist` option reads "no"):
+    # the others send a module's tests (loadfile, loadscope, worksteal's ranges) or all of
+    # them (each) to one worker, where the shards could not run together.
     workerinput = getattr(metafunc.config, "workerinput", None)
     split = any("split" in m.kwargs for m in metafunc.definition.iter_markers("latency"))
-    if split and isinstance(workerinput, dict):
+    if split and isinstance(workerinput, dict) and MEETING_INPUT in workerinput:
         from pytest_latency.plugin import _split
 
         shards = _split.shards_of(metafunc.definition, int(workerinput.get("workercount", 1)))
@@ -149,6 +154,7 @@ def _number(text: str) -> object:
 
 __all__ = [
     "LEVEL_ARG",
+    "MEETING_INPUT",
     "SHARD_ARG",
     "SWEPT",
     "Level",
