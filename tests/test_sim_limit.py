@@ -311,27 +311,32 @@ def _rounds(clients: int) -> int:
     return 48 // clients + 1
 
 
-async def _closed_loop(base_url: str, clients: int) -> tuple[list[WireRecord], list[list[str]]]:
-    """`clients` workers, each sending its next streamed chat request when its last ended, through
-    the real async openai client instrumented as the plugin instruments it; the records, and each
-    worker's request ids in order (the server's `x-sim-request-id`)."""
-    records: list[WireRecord] = []
-    client = capture.instrument(
-        openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="s", max_retries=0),
-        sink=records.append,
-    )
+async def _closed_loop(
+    base_url: str, clients: int
+) -> tuple[list[tuple[str, WireRecord]], list[list[str]]]:
+    """`clients` workers, each sending its next streamed chat request when its last ended, each
+    through a real async openai client of its own, instrumented as the plugin instruments it;
+    every call as (the server's `x-sim-request-id`, its record), and each worker's request ids
+    in order. A client a worker makes one call at a time on: its records come in its calls'
+    order, so each pairs with its id, and with the server's record of it."""
     ids: list[list[str]] = [[] for _ in range(clients)]
+    records: list[list[WireRecord]] = [[] for _ in range(clients)]
 
-    async def worker(mine: list[str]) -> None:
-        for _ in range(_rounds(clients)):
-            stream = await client.chat.completions.create(model="g", messages=USER, stream=True)
-            mine.append(stream.response.headers["x-sim-request-id"])
-            async for _chunk in stream:
-                pass
+    async def worker(mine: list[str], sink: list[WireRecord]) -> None:
+        client = capture.instrument(
+            openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="s", max_retries=0),
+            sink=sink.append,
+        )
+        async with client:
+            for _ in range(_rounds(clients)):
+                stream = await client.chat.completions.create(model="g", messages=USER, stream=True)
+                mine.append(stream.response.headers["x-sim-request-id"])
+                async for _chunk in stream:
+                    pass
 
-    async with client:
-        await asyncio.gather(*(worker(mine) for mine in ids))
-    return records, ids
+    await asyncio.gather(*(worker(mine, sink) for mine, sink in zip(ids, records, strict=True)))
+    pairs = zip(ids, records, strict=True)
+    return [call for mine, sink in pairs for call in zip(mine, sink, strict=True)], ids
 
 
 def _think_ms(truths: list[TruthRecord], ids: list[list[str]]) -> float:
@@ -353,46 +358,56 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
     its own process, at C = 1, 4 and 16 closed-loop clients and 4 slots: 14 ms, then 23 ms (the
     first event's decode slowed by 0.25 × 3 other streams), then 155 ms (12 waiting for three
     services). The server's planned ttft p50 is the prediction within 5 % + 1 ms above it, and
-    may fall short by 15 % + 1 ms (a busy machine's clients keep a shorter line); the client's
-    p50 and p95 are what the server sent, within 25 % + 8 ms and 50 % + 15 ms above it (the
-    request's way in and delivery on a busy machine only add). Without the slowdown C = 4 would
-    measure 14 ms, without the wait in ttft C = 16 would measure 23: each far outside."""
+    may fall short by 15 % + 1 ms (a busy machine's clients keep a shorter line). Each call's
+    ttft is held to the server's own log of that call: its first content's send, from the
+    client's hand-off (one clock: CLOCK_MONOTONIC), so neither the server's lateness nor the
+    request's way in counts against the capture, only the delivery. Without the slowdown C = 4
+    would measure 14 ms, without the wait in ttft C = 16 would measure 23: each far outside."""
     with remote_simulator(*flags_of(LOADED)) as base_url:
         for clients in (1, 4, 16):
             httpx2.delete(f"{base_url}/_sim/truth").raise_for_status()
-            records, ids = asyncio.run(_closed_loop(base_url, clients))
+            calls, ids = asyncio.run(_closed_loop(base_url, clients))
             truths = truth_log(base_url)
+            by_id = {t.request_id: t for t in truths}
             assert _most_served(truths) == min(clients, 4)
             # Each client's first request starts with the others' (a burst) before any second.
-            steady = sorted(records, key=lambda r: r.t_start_ns)[clients:]
+            steady = sorted(calls, key=lambda call: call[1].t_start_ns)[clients:]
             served = sorted(truths, key=lambda t: t.t_received_ns)[clients:]
             assert len(steady) == len(served) == 48
-            ttfts = sorted(_ttft_ms(record) for record in steady)
             predicted = expected_under_load(LOADED, clients, prompt_tokens=7).ttft_ms
             # The server's ttft as it planned it (first content due): its process is as busy as
             # the client's, and its sends are late beside CPU hogs (17.9 ms sent against 14 ms
-            # due at C = 1); the client's figures below include that lateness.
+            # due at C = 1), which the client's figures include and the per-call truth removes.
             server_p50 = stats.percentile(sorted(_planned_ttft_ms(t) for t in served), 50)
-            # What the server sent: its first content's send after its receipt of the request.
-            sent = sorted(t.ttft_ns / 1e6 for t in served if t.ttft_ns is not None)
-            sent_p50, sent_p95 = stats.percentile(sent, 50), stats.percentile(sent, 95)
-            p50, p95 = stats.percentile(ttfts, 50), stats.percentile(ttfts, 95)
             # Below the prediction by the clients' think time where there is a line: on a busy
             # machine they are slow to send their next request, so fewer wait (C = 16 beside two
             # hogs and a second test worker: server p50 116 ms against 155 ms; session 11). Less
             # 15 % on top: a mean think time, a p50 line.
             think = _think_ms(truths, ids)
             floor = (predicted - (think if clients > LOADED.max_concurrency else 0)) * 0.85 - 1
-            figures = (clients, predicted, think, server_p50, sent_p50, p50, sent_p95, p95)
+            # "Within the target, or flagged": a call whose stamps a starved client held back
+            # says so (cpu_starved, client_saturated), and is held to nothing more.
+            honest = [(rid, r) for rid, r in steady if not call_metrics(r).flagged]
+            errors = sorted(_ttft_error_ms(record, by_id[rid]) for rid, record in honest)
+            p50, p95 = stats.percentile(errors, 50), stats.percentile(errors, 95)
+            figures = (clients, predicted, think, server_p50, len(honest), p50, p95)
             assert floor <= server_p50 <= predicted * 1.05 + 1, figures
-            # The client is held to what the server sent, not to its plan: beside two CPU hogs
-            # the server's sends ran late (C = 4: 20 ms planned, the client 32.9 ms), which is
-            # the server's lateness, not the capture's. On top of the sent figure the client
-            # sees its request's way to the server (before the server's receipt: C = 16 beside
-            # two hogs, 162 ms against 135 sent) and its own delivery; below it only by the
-            # server's stamp after its write returned (C = 1: 16.2 against 16.8).
-            assert sent_p50 * 0.9 - 1 <= p50 <= sent_p50 * 1.25 + 8, figures
-            assert sent_p95 * 0.9 - 1 <= p95 <= sent_p95 * 1.5 + 15, figures
+            # The capture's own error: above the send by the delivery, which a busy machine
+            # lengthens; below it only where the server's stamp, taken after its write returned,
+            # was late itself (down to -5.4 ms beside two CPU hogs). Quiet: p50 0.2-0.3 ms, p95
+            # under 1 ms at every level. Beside two hogs, at C = 16, the unflagged calls' p50
+            # was up to 10.9 ms and p95 26 ms: 16 streams in a starved process are late by
+            # less than the flags' 50 ms lag and go unflagged (issue #17's open item: a flag
+            # that agrees with the error). The accuracy targets, 1 ms p50 and 5 ms p99, are
+            # benchmarks/bench_accuracy.py's.
+            assert -1 <= p50 <= 15 and p95 <= 40, figures
+
+
+def _ttft_error_ms(record: WireRecord, truth: TruthRecord) -> float:
+    """The call's ttft minus the server's: its first content's send after the client's hand-off
+    (the stream carries no usage, so no tpot: `remote_sim.signed_error_of` wants one)."""
+    sent_ms = (truth.content_events[0].t_sent_ns - record.t_start_ns) / 1e6
+    return _ttft_ms(record) - sent_ms
 
 
 def _planned_ttft_ms(truth: TruthRecord) -> float:
