@@ -457,6 +457,33 @@ def test_a_late_loop_whose_thread_did_not_run_is_a_busy_machine_not_a_saturated_
         assert any(n.startswith("cpu_starved") for n in m.notes) is not saturated, m.notes
 
 
+@pytest.mark.parametrize(
+    ("late_ms", "own_ms", "starved"),
+    [
+        (25, 6.6, True),  # 16 streams beside two hogs: 18 ms in the run queue, stamps 9-22 ms late
+        (25, 22, False),  # as late, but the loop's own work: under 50 ms, nothing to say
+        (3.2, 0.5, False),  # a quiet machine: 2.7 ms waiting for a CPU is under the 5 ms target
+        (9, 3, True),  # 6 ms waiting for a CPU: over the target
+    ],
+)
+def test_a_loop_that_waited_for_a_cpu_past_the_accuracy_target_is_starved(
+    late_ms: float, own_ms: float, starved: bool
+) -> None:
+    """Under the 50 ms a saturated client needs, a wake-up late by more than the p99 accuracy
+    target (5 ms) for want of a CPU flags the call `cpu_starved`: its stamps may be that late
+    (session 12: 16 streams beside two CPU hogs, unflagged before, 9-22 ms late)."""
+    ms = 1_000_000
+    log = LoopLag(10 * ms)
+    log.add(150 * ms, round(late_ms * ms), round(own_ms * ms))
+    record = _record(100 * ms)
+    record.t_eof_ns = 200 * ms
+    record.loop_lag = log
+    m = call_metrics(record)
+    assert not m.client_saturated
+    assert m.cpu_starved is starved
+    assert any(n.startswith("cpu_starved") for n in m.notes) is starved, m.notes
+
+
 def test_the_monitor_tells_the_loop_s_own_delay_from_waiting_for_a_cpu() -> None:
     """A loop blocked by its own code (CPU work or a blocking call) is the client's doing; a
     loop whose thread waited, runnable, for a CPU is a busy machine. Checked in a subprocess

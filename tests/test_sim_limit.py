@@ -389,18 +389,21 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
             # says so (cpu_starved, client_saturated), and is held to nothing more.
             honest = [(rid, r) for rid, r in steady if not call_metrics(r).flagged]
             errors = sorted(_ttft_error_ms(record, by_id[rid]) for rid, record in honest)
-            p50, p95 = stats.percentile(errors, 50), stats.percentile(errors, 95)
-            figures = (clients, predicted, think, server_p50, len(honest), p50, p95)
+            figures = (clients, predicted, think, server_p50, errors)
             assert floor <= server_p50 <= predicted * 1.05 + 1, figures
-            # The capture's own error: above the send by the delivery, which a busy machine
-            # lengthens; below it only where the server's stamp, taken after its write returned,
-            # was late itself (down to -5.4 ms beside two CPU hogs). Quiet: p50 0.2-0.3 ms, p95
-            # under 1 ms at every level. Beside two hogs, at C = 16, the unflagged calls' p50
-            # was up to 10.9 ms and p95 26 ms: 16 streams in a starved process are late by
-            # less than the flags' 50 ms lag and go unflagged (issue #17's open item: a flag
-            # that agrees with the error). The accuracy targets, 1 ms p50 and 5 ms p99, are
-            # benchmarks/bench_accuracy.py's.
-            assert -1 <= p50 <= 15 and p95 <= 40, figures
+            if not errors:  # every call flagged (16 streams beside two hogs): none is promised
+                continue
+            p50 = stats.percentile(errors, 50)
+            # The capture's own error, on the calls no flag set aside: above the send by the
+            # delivery, which a busy machine lengthens; below it only where the server's stamp,
+            # taken after its write returned, was late itself (down to -5.4 ms beside two CPU
+            # hogs). Quiet: p50 0.2-0.3 ms, p95 under 1 ms at every level. Beside two hogs the
+            # unflagged calls' p50 was 0.2-3.8 ms and their worst 7.2 ms: a process late for
+            # want of a CPU by over 5 ms is flagged cpu_starved (16 streams, 9-22 ms late, were
+            # unflagged under the 50 ms rule alone; `metrics.STARVED_LAG_MS`). The accuracy
+            # targets, 1 ms p50 and 5 ms p99, are benchmarks/bench_accuracy.py's.
+            assert -1 <= p50 <= 8, figures
+            assert errors[-1] <= 20, figures
 
 
 def _ttft_error_ms(record: WireRecord, truth: TruthRecord) -> float:
