@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,20 @@ def test_a_file_size_limit_under_the_report_keeps_the_old_one_and_leaves_no_temp
     assert not list(tester.path.rglob("*.tmp")), list(tester.path.iterdir())
 
 
+def _as_a_terminal_starts_it(signum: int) -> Callable[[], None]:
+    """A `preexec_fn` giving the inner run the signal's default disposition. Started under
+    `nohup` or in the background (`cmd &` in a script, as CI jobs often are), this suite's
+    processes inherit SIGHUP, or SIGINT, ignored, which the plugin rightly leaves alone
+    (`_signals`: an ignored signal stays ignored) and Python too (no KeyboardInterrupt handler
+    over an ignored SIGINT), so the run slept on through it (CI, sessions 11 and 13: test_b
+    still sleeping 60 s after SIGHUP; all three tests passing after Ctrl-C)."""
+
+    def restore() -> None:
+        signal.signal(signum, signal.SIG_DFL)
+
+    return restore
+
+
 def test_ctrl_c_mid_run_writes_a_partial_result_with_what_it_measured(
     tester: pytest.Pytester,
 ) -> None:
@@ -276,7 +291,11 @@ def test_ctrl_c_mid_run_writes_a_partial_result_with_what_it_measured(
         "no:cacheprovider",
     ]
     process = subprocess.Popen(
-        command, cwd=tester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        command,
+        cwd=tester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_as_a_terminal_starts_it(signal.SIGINT),
     )
     try:
         deadline = time.monotonic() + 60
@@ -288,7 +307,10 @@ def test_ctrl_c_mid_run_writes_a_partial_result_with_what_it_measured(
         output = process.communicate(timeout=60)[0].decode()
     finally:
         if process.poll() is None:
+            # Reaped and its pipe closed here: left to the garbage collector, a killed run's
+            # ResourceWarnings failed whichever test ran next on the worker (CI, session 13).
             process.kill()
+            process.communicate()
     assert process.returncode == pytest.ExitCode.INTERRUPTED, output
     data = _load(tester.path / "r.json")
     assert data["run"]["partial"] is True
@@ -362,14 +384,6 @@ def test_a_stop_signal_writes_a_partial_result_with_what_it_measured_and_exits_p
         "no:cacheprovider",
     ]
     stop = getattr(signal, name)
-
-    def as_a_terminal_starts_it() -> None:
-        # The signal's default disposition in the run: started under `nohup` (as CI scripts often
-        # are) this suite's processes inherit SIGHUP ignored, which the plugin rightly leaves
-        # alone (`_signals`: an ignored signal stays ignored), so the run slept on through it
-        # (CI, session 11: the thread stacks showed test_b still sleeping 60 s after SIGHUP).
-        signal.signal(stop, signal.SIG_DFL)
-
     process = subprocess.Popen(
         command,
         cwd=tester.path,
@@ -377,7 +391,7 @@ def test_a_stop_signal_writes_a_partial_result_with_what_it_measured_and_exits_p
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=group,
-        preexec_fn=as_a_terminal_starts_it,
+        preexec_fn=_as_a_terminal_starts_it(stop),
     )
     lines: list[str] = []
     assert process.stdout is not None

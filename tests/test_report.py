@@ -397,3 +397,43 @@ def test_the_knee_is_the_last_level_within_the_ratio_of_the_lowest() -> None:
     assert knee([100.0, 140.0, 149.0]) is None  # past the levels run
     assert knee([None, 500.0]) is None and knee([]) is None
     assert knee([100.0, None, 300.0]) == 1  # a level without a figure does not end it
+
+
+def _with_flags(test: dict[str, Any], flags: list[dict[str, bool]]) -> dict[str, Any]:
+    """`test` with its first calls' final attempts carrying `flags`, one mapping per call."""
+    for call, set_flags in zip(test["calls"], flags, strict=False):
+        call["attempts"][-1].update(set_flags)
+    return test
+
+
+def test_flagged_calls_are_counted_once_and_incomplete_calls_are_not_flagged() -> None:
+    """`flagged_count` is the calls a distorting flag marks, each once however many it carries;
+    a call only `incomplete` (a hedge's loser the caller stopped reading) is listed, not
+    flagged. The HTML tests table, the per-test statement, the run's flag table and the Markdown
+    all read that one count (issue #14: the examples' report showed hedge losers as flagged)."""
+    both = {"consumer_bound": True, "cpu_starved": True}
+    hedged = _with_flags(
+        make_test("t.py::test_hedged", samples=6),
+        [both, {"incomplete": True}, {"incomplete": True}, {"incomplete": True}],
+    )
+    plain = _with_flags(make_test("t.py::test_plain", seed=2, samples=6), [{"incomplete": True}])
+    result = build([hedged, plain])
+    by_id = {t["nodeid"]: t for t in result["tests"]}
+    assert by_id["t.py::test_hedged"]["flagged_count"] == 1  # two flags, one call
+    assert by_id["t.py::test_hedged"]["flags"]["incomplete"] == 3
+    assert by_id["t.py::test_plain"]["flagged_count"] == 0
+    assert result["session"]["flagged_count"] == 1
+    view = build_view(result)
+    rows = {r.nodeid: r for r in view.tests}
+    assert (rows["t.py::test_hedged"].flagged, rows["t.py::test_plain"].flagged) == (1, 0)
+    incomplete = next(f for f in view.flags if f.text.startswith("incomplete"))
+    assert (incomplete.calls, incomplete.tests, incomplete.distorting) == (4, 2, False)
+    assert [f.distorting for f in view.flags] == [True, True, False]  # flagged ones first
+    page = render_html(result)
+    assert "incomplete (body not read to the end) <span" in page and "(not flagged" in page
+    text = render_markdown(result)
+    incomplete_line = f"- 4 calls {escape(incomplete.text)} in 2 test(s) (not flagged)"
+    assert incomplete_line in text
+    assert "in 1 test(s) (flagged)" in text
+    # The plain test's one incomplete call alone does not make it worth a diagnosis line.
+    assert "test\\_plain" not in text.split("### Diagnosis")[-1].split("### Errors")[0]

@@ -514,6 +514,7 @@ def test_merged_rollup_findings_are_kept_per_shard(diag_data: list[dict[str, Any
     second = build(diag_data[3:])
     merged = merge_results([first, second])
     assert _without_volatile(merged) == _without_volatile(whole)
+    assert merged["session"]["flagged_count"] == 2  # the faulty test's consumer-bound calls
     # Per-test findings and what-ifs travel with their test, unchanged.
     assert [t["findings"] for t in merged["tests"]] == [t["findings"] for t in whole["tests"]]
     assert [t["what_ifs"] for t in merged["tests"]] == [t["what_ifs"] for t in whole["tests"]]

@@ -142,19 +142,39 @@ def test_the_worst_late_span_overlapping_the_call_counts() -> None:
     assert call_metrics(record).loop_lag_max_ms == 3.0
 
 
+def test_a_late_span_that_began_before_the_call_counts_from_its_start() -> None:
+    """The loop ran the call's hand-off, so what held it had let go: only the wait after the
+    start delayed the call. A test body busy for 100 ms that then starts its calls had the late
+    wake-up land 3 ms after their hand-off, and those calls were flagged with all 100 ms (the
+    examples' hedging test: its first 4 hedged calls, issue #14)."""
+    log = LoopLag(2_000_000)
+    ms = 1_000_000
+    log.add(103 * ms, 100 * ms)  # held from 3 ms to 103 ms; the call handed off at 100 ms
+    log.add(106 * ms, 0)
+    record = _record(100 * ms)
+    record.t_eof_ns = 200 * ms
+    record.loop_lag = log
+    m = call_metrics(record)
+    assert m.loop_lag_max_ms == 3.0 and not m.flagged
+    # Held after the start as long: saturated, as before.
+    log.add(180 * ms, 60 * ms)
+    m = call_metrics(record)
+    assert (m.loop_lag_max_ms, m.flagged) == (60.0, ("client_saturated",))
+
+
 def test_a_loop_held_by_garbage_collection_is_paused_not_saturated() -> None:
     log = LoopLag(2_000_000)
     ms = 1_000_000
-    log.add(150 * ms, 90 * ms, own_ns=90 * ms, paused_ns=80 * ms)  # 80 ms of it a collection
+    log.add(195 * ms, 90 * ms, own_ns=90 * ms, paused_ns=80 * ms)  # 80 ms of it a collection
     record = _record(100 * ms)
-    record.t_eof_ns = 200 * ms
+    record.t_eof_ns = 300 * ms
     record.loop_lag = log
     m = call_metrics(record)
     assert (m.loop_lag_max_ms, m.client_saturated, m.gc_paused) == (90.0, False, True)
     assert m.flagged == ("gc_paused",)
     assert any(n.startswith("gc_paused: the event loop woke up to 90 ms late") for n in m.notes)
     # The loop's own 60 ms beside a 30 ms collection: its own work saturated it.
-    log.add(180 * ms, 90 * ms, own_ns=90 * ms, paused_ns=30 * ms)
+    log.add(290 * ms, 90 * ms, own_ns=90 * ms, paused_ns=30 * ms)
     assert call_metrics(record).flagged == ("client_saturated",)
 
 
@@ -446,9 +466,9 @@ def test_a_late_loop_whose_thread_did_not_run_is_a_busy_machine_not_a_saturated_
     ms = 1_000_000
     for own_ms, saturated in ((120, True), (5, False)):
         log = LoopLag(10 * ms)
-        log.add(150 * ms, 120 * ms, own_ms * ms)
+        log.add(250 * ms, 120 * ms, own_ms * ms)  # held from 130 ms: the call is in flight
         record = _record(100 * ms)
-        record.t_eof_ns = 200 * ms
+        record.t_eof_ns = 300 * ms
         record.loop_lag = log
         m = call_metrics(record)
         assert m.loop_lag_max_ms == 120.0  # the stamps' possible error, whatever the cause

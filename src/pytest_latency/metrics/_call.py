@@ -486,7 +486,13 @@ def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, flo
     """The worst lateness of a wake-up whose late span overlaps [t_start, t_end], the worst of
     what the loop's own work explains, and the worst of that with garbage collection's pauses
     (ms): a wake-up at w that was l late means the loop could not run from w − l to w. None
-    when no wake-up fell in the window (a call shorter than one tick, or a loop that stopped)."""
+    when no wake-up fell in the window (a call shorter than one tick, or a loop that stopped).
+
+    A span that began before the call counts only from the call's start: the loop ran the
+    call's hand-off, so whatever held it had let go by then, and only the wait after it delayed
+    the call's stamps. (A test body that works 100 ms on the loop, then starts calls, had the
+    monitor's wake-up land just after the calls' hand-offs, and those calls were flagged
+    client-saturated with the whole 100 ms: the examples' hedging test, issue #14.)"""
     wakes, lates, owns, paused = log.wakes_ns, log.lates_ns, log.owns_ns, log.paused_ns
     worst: int | None = None
     worst_own = worst_paused = 0
@@ -496,9 +502,11 @@ def _loop_lag_max_ms(log: LoopLag, t_start: int, t_end: int) -> tuple[float, flo
         if woke - late > t_end:
             # Ticks are back to back: once a late span starts after the call, all later ones do.
             break
-        worst = late if worst is None else max(worst, late)
-        worst_own = max(worst_own, owns[index])
-        worst_paused = max(worst_paused, owns[index] + paused[index])
+        seen = min(late, woke - t_start)  # the part of the span after the call's start
+        worst = seen if worst is None else max(worst, seen)
+        own = min(owns[index], seen)
+        worst_own = max(worst_own, own)
+        worst_paused = max(worst_paused, min(owns[index] + paused[index], seen))
         index += 1
     return None if worst is None else (worst / 1e6, worst_own / 1e6, worst_paused / 1e6)
 

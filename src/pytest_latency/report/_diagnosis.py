@@ -452,10 +452,22 @@ def run_errors(
     return tuple(rows)
 
 
+@dataclass(frozen=True, slots=True)
+class FlagRow:
+    """One flag the run's calls carry: its text, how many calls and in how many tests.
+    `distorting` flags (`catalogue.DISTORTING_FLAGS`) make a call flagged; the others say what a
+    call is (read in part, undecodable) and are shown apart, never counted as flagged."""
+
+    text: str
+    calls: int
+    tests: int
+    distorting: bool
+
+
 def run_flags(
     session: Mapping[str, Any], tests: Iterable[Mapping[str, Any]]
-) -> tuple[tuple[str, int, int], ...]:
-    """(flag text, calls, tests) for each flag any call of the run carries."""
+) -> tuple[FlagRow, ...]:
+    """A row for each flag any call of the run carries, distorting flags first."""
     calls: dict[str, int] = {}
     in_tests: dict[str, int] = {}
     for test in tests:
@@ -464,8 +476,21 @@ def run_flags(
                 calls[name] = calls.get(name, 0) + int(count)
                 in_tests[name] = in_tests.get(name, 0) + 1
     totals = session.get("flags") or calls
-    return tuple(
-        (spec.text, int(totals.get(spec.name, 0)), in_tests.get(spec.name, 0))
+    rows = [
+        FlagRow(
+            spec.text, int(totals.get(spec.name, 0)), in_tests.get(spec.name, 0), spec.distorting
+        )
         for spec in FLAG_SPECS
         if totals.get(spec.name)
-    )
+    ]
+    return tuple(sorted(rows, key=lambda r: not r.distorting))
+
+
+def flagged_calls(entry: Mapping[str, Any]) -> int:
+    """The calls of a test or the session whose timings a distorting flag marks: the result
+    file's `flagged_count` (`results._blocks.flagged_count` owns it). A file written before it
+    existed gives the largest distorting flag's count, a lower bound."""
+    if "flagged_count" in entry:
+        return int(entry["flagged_count"])
+    flags = entry.get("flags") or {}
+    return max((int(flags.get(s.name, 0)) for s in FLAG_SPECS if s.distorting), default=0)

@@ -284,7 +284,7 @@ def _flagged(test: Mapping[str, Any]) -> bool:
         or test.get("outcome") == "failed"
     ):
         return True
-    if test.get("error_count") or any((test.get("flags") or {}).values()):
+    if test.get("error_count") or diag.flagged_calls(test):
         return True
     return any(f.get("kind") != "too_few_samples" for f in test.get("findings", []))
 
@@ -358,8 +358,9 @@ def _errors_section(result: Mapping[str, Any]) -> list[str]:
             ],
         )
         lines.append("")
-    for text, calls, in_tests in flags:
-        lines.append(f"- {calls} calls {escape(text)} in {in_tests} test(s)")
+    for row in flags:
+        what = "flagged" if row.distorting else "not flagged"
+        lines.append(f"- {row.calls} calls {escape(row.text)} in {row.tests} test(s) ({what})")
     if flags:
         lines.append("")
     return lines

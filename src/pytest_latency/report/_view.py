@@ -178,7 +178,7 @@ class ReportView:
     run_findings: tuple[diag.FindingView, ...]
     errors: tuple[diag.ErrorRow, ...]
     error_text: str
-    flags: tuple[tuple[str, int, int], ...]
+    flags: tuple[diag.FlagRow, ...]
     budgets: tuple[BudgetRow, ...]
     tests: tuple[TestRow, ...]
     details: tuple[TestDetail, ...]
@@ -602,15 +602,21 @@ def _error_text(errors: Mapping[str, int], calls: int, retries: int) -> str:
     )
 
 
-def _flags_statement(flags: Mapping[str, int]) -> Statement | None:
+def _flags_statement(flags: Mapping[str, int], *, distorting: bool) -> Statement | None:
+    """The test's flags of one kind: distorting ones (its flagged calls) as a warning, the
+    others (what a call is: read in part, undecodable) as information."""
     parts = [
         f"{int(flags[spec.name])} call(s) {spec.label}: {spec.why}"
         for spec in FLAG_SPECS
-        if flags.get(spec.name)
+        if spec.distorting is distorting and flags.get(spec.name)
     ]
     if not parts:
         return None
-    return Statement("warn", "Measurement", "; ".join(parts) + ".")
+    if distorting:
+        return Statement("warn", "Measurement", "; ".join(parts) + ".")
+    return Statement(
+        "info", "Calls", "; ".join(parts) + " (not flagged: what was read is timed right)."
+    )
 
 
 def _curve(metric: str, block: Mapping[str, Any] | None) -> charts.Curve:
@@ -674,7 +680,8 @@ def _detail(test: Mapping[str, Any], anchor: str, budgets: tuple[BudgetRow, ...]
             _load_statement(test),
             _calls_statement(test),
             _spend_statement(test),
-            _flags_statement(test.get("flags", {})),
+            _flags_statement(test.get("flags", {}), distorting=True),
+            _flags_statement(test.get("flags", {}), distorting=False),
         )
         if s is not None
     ]
@@ -854,7 +861,7 @@ def build_view(result: Mapping[str, Any]) -> ReportView:
             cache=cache_text(test),
             verdict=_test_verdict(test),
             has_detail=i in detailed,
-            flagged=sum(int(v) for v in (test.get("flags") or {}).values()),
+            flagged=diag.flagged_calls(test),
             findings=_finding_titles(test),
         )
         for i, test in enumerate(tests)

@@ -124,6 +124,9 @@ class Tally:
     tests: int = 0
     call_count: int = 0
     error_count: int = 0
+    # Calls whose final attempt carries a distorting flag (`CallMetrics.flagged`): the one count
+    # of "flagged calls" the outputs show (`flags` counts each flag, and a call may carry two).
+    flagged_count: int = 0
     retries: int = 0
     calls_reporting_cache: int = 0
     cache_read: int = 0
@@ -134,6 +137,7 @@ class Tally:
         self.tests += other.tests
         self.call_count += other.call_count
         self.error_count += other.error_count
+        self.flagged_count += other.flagged_count
         self.retries += other.retries
         self.calls_reporting_cache += other.calls_reporting_cache
         self.cache_read += other.cache_read
@@ -202,6 +206,13 @@ def flag_counts(finals: Sequence[CallMetrics]) -> dict[str, int]:
     return {flag: sum(bool(v[i]) for v in flagged) for i, flag in enumerate(FLAGS)}
 
 
+def flagged_count(finals: Sequence[CallMetrics]) -> int:
+    """How many of `finals` are flagged: their timings do not measure the server
+    (`catalogue.DISTORTING_FLAGS`). `incomplete` and `opaque` alone are not: they say what a call
+    is (read only in part, undecodable), not that its stamps are wrong."""
+    return sum(1 for f in finals if f.flagged)
+
+
 def without_repeats(blocks: Mapping[str, MetricBlock]) -> dict[str, MetricBlock]:
     """`blocks` without each `attempt_*` block whose numbers are its call metric's (no
     successful call in scope came after an SDK retry): absent is "the same as the call metric",
@@ -244,6 +255,7 @@ def rollup_dict(
         "tests": tally.tests,
         "call_count": tally.call_count,
         "error_count": tally.error_count,
+        "flagged_count": tally.flagged_count,
         "retries": tally.retries,
         "errors": dict(sorted(errors.items())),
         "retried_errors": dict(sorted(retried_errors.items())),

@@ -31,6 +31,7 @@ from pytest_latency.results._blocks import (
     cost_block,
     exact_block,
     flag_counts,
+    flagged_count,
     json_safe,
     metrics_info,
     ratio_block,
@@ -93,6 +94,7 @@ class _Part:
         ok = [f for f in finals if f.error is None]
         self.tally.call_count += len(calls)
         self.tally.error_count += len(finals) - len(ok)
+        self.tally.flagged_count += flagged_count(finals)
         self.tally.retries += sum(c.retries for c in calls)
         self.errors.update(f.error for f in finals if f.error is not None)
         self.retried_errors.update(_retried_errors(calls))
@@ -247,6 +249,7 @@ def _test_entry(test: TestData) -> dict[str, Any]:
         "concurrency": json_safe(figures["concurrency"]),
         "budgets": [budget_entry(j) for j in test.judgements],
         "flags": flag_counts(pool.finals),
+        "flagged_count": flagged_count(pool.finals),
         "errors": dict(sorted(pool.error_counts().items())),
         "retried_errors": dict(sorted(_retried_errors(pool.calls).items())),
         "error_kinds": blocks["error_kinds"],

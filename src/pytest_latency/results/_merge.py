@@ -165,6 +165,7 @@ def _merge_aggregates(
         tally.tests += int(part["tests"])
         tally.call_count += int(part["call_count"])
         tally.error_count += int(part["error_count"])
+        tally.flagged_count += int(part.get("flagged_count", 0))  # absent in older files
         tally.retries += int(part["retries"])
         ratio = part["cache_read_ratio"]
         tally.calls_reporting_cache += int(ratio["calls_reporting"])

@@ -162,6 +162,7 @@ class TestEntry(TypedDict):
     load: NotRequired[LoadEntry]  # only for a test run concurrently or under a rate
     budgets: list[BudgetEntry]
     flags: dict[str, int]
+    flagged_count: NotRequired[int]  # calls with a distorting flag; absent in older files
     errors: dict[str, int]
     retried_errors: dict[str, int]
     error_kinds: dict[str, dict[str, Any]]
@@ -186,6 +187,7 @@ class Rollup(TypedDict):
     errors: dict[str, int]
     retried_errors: dict[str, int]
     flags: dict[str, int]
+    flagged_count: NotRequired[int]  # calls with a distorting flag; absent in older files
     cache_read_ratio: CacheRatioBlock
     cost: NotRequired[dict[str, Any]]
     metrics: dict[str, MetricBlock]

@@ -429,6 +429,7 @@ _TEST: Final = _obj(
         "load": _LOAD,
         "budgets": _list(_BUDGET),
         "flags": _COUNTS,
+        "flagged_count": _count,
         "errors": _COUNTS,
         "retried_errors": _COUNTS,
         "error_kinds": _map(
@@ -512,6 +513,7 @@ _ROLLUP_FIELDS: Final[dict[str, _Check]] = {
     "errors": _COUNTS,
     "retried_errors": _COUNTS,
     "flags": _COUNTS,
+    "flagged_count": _count,
     "cache_read_ratio": _obj(
         _RATIO_FIELDS, required=("calls_reporting", "read_tokens", "input_tokens")
     ),
