@@ -37,6 +37,7 @@ from _common import P50_TARGET_MS, P99_TARGET_MS, error_pct, load, spawn_sim
 from remote_sim import Error, itl_errors, signed_error_of, truth_log, truth_of
 
 from pytest_latency import capture
+from pytest_latency.catalogue import DISTORTING_FLAGS
 from pytest_latency.metrics import CallMetrics, call_metrics
 from pytest_latency.sim import TruthRecord
 from pytest_latency.wire import WireRecord
@@ -147,6 +148,10 @@ def _errors(calls: list[_Call]) -> dict[str, list[float]]:
         "tpot": [c.error.tpot for c in calls],
         "itl": [g for c in calls for g in c.gaps],
     }
+
+
+# The notes the distorting flags write (metrics: `consumer_bound: …`, `cpu_starved: …`, …).
+FLAG_NOTES = frozenset(DISTORTING_FLAGS)
 
 
 def _flags(calls: list[_Call]) -> tuple[int, int]:
@@ -290,6 +295,15 @@ def main() -> None:
             print(
                 f"{name:44} flagged {flagged}, over {P99_TARGET_MS:g} ms unflagged {unflagged_late}"
             )
+            for c in calls:  # what each flagged call said, and how far off it was
+                m = c.measured
+                if m.flagged:
+                    why = [n for n in m.notes if n.split(":")[0] in FLAG_NOTES]
+                    print(
+                        f"{name:44}   {'+'.join(m.flagged)}: worst {c.worst:.1f} ms off; loop "
+                        f"lag {m.loop_lag_max_ms} ms, {m.consumer_bound_chunks} consumer-bound "
+                        f"chunks; {'; '.join(why)}"
+                    )
             cells.append(f"{flagged} / {unflagged_late}")
             table.append(f"| {name} | " + " | ".join(cells) + " |")
     finally:
