@@ -12,6 +12,7 @@ machine); the counts are exact."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -370,3 +371,35 @@ def test_split_needs_a_load_shape(pytester: pytest.Pytester) -> None:
         ]
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_a_shard_whose_setup_fails_does_not_keep_the_others_waiting(
+    pytester: pytest.Pytester,
+) -> None:
+    """Its peers would have waited the whole meeting timeout (120 s) for a shard that never
+    comes: the failed shard says it will not (`_split.leave`) and they run alone at once."""
+    pytester.makepyfile(
+        test_suite="""
+        import os
+        import pytest
+
+        @pytest.fixture
+        def broken():
+            if os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+                raise RuntimeError("no database on this worker")
+
+        @pytest.mark.latency("ttft.p50 < 5s", samples=4, concurrency=2, split=True)
+        def test_split(broken, ask):
+            ask()
+        """
+    )
+    started = time.monotonic()
+    result, data = _run(pytester, "-n", "2")
+    took = time.monotonic() - started
+    assert took < 90, f"the run took {took:.0f} s: a shard waited for the one that failed"
+    result.stdout.fnmatch_lines(["*RuntimeError: no database on this worker*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == 1, outcomes  # the broken shard's setup
+    split = _test(data, "test_split")
+    assert split["load"]["split"] == {"shards": 2, "together": False}
+    assert split["call_count"] == 2  # the shard that ran: its 2 samples, nothing lost

@@ -586,6 +586,8 @@ class Sampler:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         plan = item.stash.get(PLAN_KEY, None)
+        if report.failed and plan is not None and _MEETING_KEY not in item.stash:
+            _leave_if_shard(item)
         if call.when != "call" or plan is None:
             return report
         router = self._router
@@ -655,6 +657,17 @@ def _meet(item: pytest.Function, plan: SamplingPlan, shard: Shard) -> None:
     item.stash[_MEETING_KEY] = meeting
     phase = plan.load.phase_s(shard) if plan.load is not None else 0.0
     _split.sleep_until(meeting.start_ns + round(phase * 1e9))
+
+
+def _leave_if_shard(item: pytest.Item) -> None:
+    """A shard of a split test that failed before it met the others: tell them (`_split.leave`)."""
+    shard = _sweep.shard_of(item)
+    if shard is None:
+        return
+    from pytest_latency.plugin import _split
+
+    workerinput = getattr(item.config, "workerinput", {})
+    _split.leave(str(workerinput.get(_split.MEETING_INPUT, "")), item.nodeid, shard)
 
 
 def judge_joined(report: pytest.TestReport | None, test: TestData, settings: Settings) -> TestData:

@@ -148,8 +148,7 @@ def meet(run_id: str, nodeid: str, shard: Shard) -> Meeting:
     """Wait for the test's other shards (each worker's), up to the timeout; return when to
     start. perf_counter is the system's monotonic clock on the platforms pytest-xdist runs
     workers on (Linux and macOS CLOCK_MONOTONIC, Windows QPC), so one instant serves all."""
-    folder = meeting_folder(run_id) / hashlib.sha256(unsharded(nodeid).encode()).hexdigest()[:20]
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _test_folder(run_id, nodeid)
     mine = folder / str(shard.index)
     if mine.exists():  # this shard ran before in this run (a rerun): its peers have moved on
         return Meeting(time.perf_counter_ns(), together=False)
@@ -157,9 +156,10 @@ def meet(run_id: str, nodeid: str, shard: Shard) -> Meeting:
     deadline = time.monotonic() + timeout_s()
     while True:
         arrivals = [_read(folder / str(i)) for i in range(shard.count)]
+        # One gave up and ran alone, or will not come (`leave`): waiting for it is in vain.
+        if any(a == _APART for a in arrivals):
+            return Meeting(time.perf_counter_ns(), together=False)
         if all(a is not None for a in arrivals):
-            if any(a == _APART for a in arrivals):  # one gave up and ran alone before us
-                return Meeting(time.perf_counter_ns(), together=False)
             return Meeting(max(int(a) for a in arrivals if a) + _START_MARGIN_NS, together=True)
         if time.monotonic() > deadline:
             _write(mine, _APART)
@@ -168,6 +168,22 @@ def meet(run_id: str, nodeid: str, shard: Shard) -> Meeting:
 
 
 _APART = "apart"
+
+
+def leave(run_id: str, nodeid: str, shard: Shard) -> None:
+    """A shard that failed before it met the others (its setup, or its warmup, raised): its
+    peers stop waiting for it and run alone (and the joined test says so), where they would
+    have waited the whole timeout (`MEET_TIMEOUT_S`, 120 s) for a shard that never comes."""
+    mine = _test_folder(run_id, nodeid) / str(shard.index)
+    if not mine.exists():
+        _write(mine, _APART)
+
+
+def _test_folder(run_id: str, nodeid: str) -> Path:
+    """Where a split test's shards meet, within the run's meeting place."""
+    folder = meeting_folder(run_id) / hashlib.sha256(unsharded(nodeid).encode()).hexdigest()[:20]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def meeting_folder(run_id: str) -> Path:
