@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import inspect
 import json
 import os
@@ -218,8 +219,6 @@ def _read_bound(record: Any) -> float:
     inside a late span of the loop-lag log, [woke - late, woke], may have had its data waiting
     since the span began, or since it was asked if later; the call's worst such read. A loop
     shared by many streams wakes its timer late only in the stretches that hold its reads."""
-    import bisect
-
     log = record.loop_lag
     if log is None:
         return 0.0

@@ -452,6 +452,10 @@ def run_errors(
     return tuple(rows)
 
 
+# What the outputs say beside a flag that does not make a call flagged (`FlagRow.distorting`).
+NOT_FLAGGED = "not flagged: what was read is timed right"
+
+
 @dataclass(frozen=True, slots=True)
 class FlagRow:
     """One flag the run's calls carry: its text, how many calls and in how many tests.
@@ -462,6 +466,11 @@ class FlagRow:
     calls: int
     tests: int
     distorting: bool
+
+    @property
+    def note(self) -> str:
+        """What the report says beside the flag: nothing for a distorting one."""
+        return "" if self.distorting else NOT_FLAGGED
 
 
 def run_flags(

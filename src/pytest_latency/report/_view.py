@@ -614,9 +614,7 @@ def _flags_statement(flags: Mapping[str, int], *, distorting: bool) -> Statement
         return None
     if distorting:
         return Statement("warn", "Measurement", "; ".join(parts) + ".")
-    return Statement(
-        "info", "Calls", "; ".join(parts) + " (not flagged: what was read is timed right)."
-    )
+    return Statement("info", "Calls", "; ".join(parts) + f" ({diag.NOT_FLAGGED}).")
 
 
 def _curve(metric: str, block: Mapping[str, Any] | None) -> charts.Curve:
