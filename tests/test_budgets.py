@@ -591,6 +591,19 @@ def test_rule_selection_by_glob_and_marker() -> None:
     assert not both.selects("tests/chat/t.py::test_a", [])
 
 
+def test_split_is_read_from_defaults_and_from_each_rule() -> None:
+    loaded = parse_budget_file(
+        "[defaults]\nsplit = true\n[[budget]]\nselect = 'a'\nexpect = 'ttft.p95 < 1s'\n"
+        "split = false\n[[budget]]\nselect = 'b'\nexpect = 'ttft.p95 < 1s'\n",
+        path="b.toml",
+    )
+    assert loaded.defaults.split is True
+    assert [r.split for r in loaded.rules] == [False, None]  # None: the rule does not say
+    assert loaded.splits
+    assert not parse_budget_file("[defaults]\nsplit = false\n", path="b.toml").splits
+    assert not parse_budget_file(GOOD_TOML, path="b.toml").splits
+
+
 def test_empty_file_is_valid() -> None:
     f = parse_budget_file("", path="b.toml")
     assert f.rules == () and f.session == () and f.defaults.samples is None
@@ -637,6 +650,11 @@ def test_empty_file_is_valid() -> None:
             3,
             ["'concurrency' shapes how a test's samples run", "[defaults] or a [[budget]]"],
         ),
+        # `split` is a bool, of [defaults] and [[budget]] as the load keys are.
+        ("[session]\nexpect = ['error_rate < 1%']\nsplit = true\n", 3, ["'split' shapes how"]),
+        ("[defaults]\nsamples = 4\nsplit = 'yes'\n", 3, ["split must be true or false"]),
+        ("[[budget]]\nselect = 'a'\nexpect = ['ttft.p95 < 1s']\nsplit = 1\n", 4, ["got 1"]),
+        ("split = true\n", 1, ["'split' is a key of [defaults] or of a [[budget]] rule"]),
         (
             '[session]\nexpect = [\n  "ttft.p95 < 400ms",\n  "ttft.p95 < 400",\n]\n',
             4,

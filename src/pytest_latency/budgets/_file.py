@@ -1,7 +1,7 @@
 """budgets.toml: loading and validating it into a `BudgetFile`, and choosing a test's rules.
 
-Owns `Defaults` (`[defaults]` sampling and load shape), `BudgetRule` (one `[[budget]]`: a node-id
-glob and/or a marker, its expectations and its load shape), `PriceOverride` (one
+Owns `Defaults` (`[defaults]` sampling, load shape and `split`), `BudgetRule` (one `[[budget]]`: a
+node-id glob and/or a marker, its expectations, its load shape and `split`), `PriceOverride` (one
 `[prices."<model>"]`: a model's price per million tokens, for self-hosted models and negotiated
 rates; `pricing` applies it), `BudgetFile` (the whole file, with the `[session]` budgets), the
 file's schema and its limits, and turning every mistake (unreadable, not UTF-8, invalid TOML, a
@@ -65,6 +65,8 @@ class Defaults:
     warmup: int | None = None
     max_samples: int | None = None
     load: LoadValues = ()
+    # Split each test that has a load shape across pytest-xdist workers (`plugin._split`).
+    split: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ class BudgetRule:
     marker: str | None = None
     source: str = ""
     load: LoadValues = ()
+    split: bool | None = None
 
     def selects(self, nodeid: str, markers: Sequence[str] = ()) -> bool:
         if self.select is not None and not _glob(nodeid, self.select):
@@ -124,6 +127,12 @@ class BudgetFile:
     def rules_for(self, nodeid: str, markers: Sequence[str] = ()) -> tuple[BudgetRule, ...]:
         return tuple(r for r in self.rules if r.selects(nodeid, markers))
 
+    @property
+    def splits(self) -> bool:
+        """Whether `split = true` is written anywhere: else no test needs the file asked whether
+        it is split (the plugin asks for every test function it collects on a worker)."""
+        return bool(self.defaults.split) or any(r.split for r in self.rules)
+
 
 _TOP_KEYS: Final = ("defaults", "budget", "session", "prices")
 PRICE_KEYS: Final = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
@@ -132,8 +141,12 @@ _MAX_PRICE: Final = 1e6
 # A run-away sample count would turn one test into hours of API spend; cap it visibly.
 MAX_SAMPLES: Final = 100_000
 _SAMPLING_KEYS: Final = ("samples", "warmup", "max_samples")
-_DEFAULT_KEYS: Final = _SAMPLING_KEYS + LOAD_KEYS
-_RULE_KEYS: Final = ("select", "marker", "expect", *LOAD_KEYS)
+# The keys that shape how a test's samples run: its load, and whether it is split across
+# pytest-xdist workers (a bool, checked here: the load module has no notion of workers).
+_SPLIT: Final = "split"
+_RUN_KEYS: Final = (*LOAD_KEYS, _SPLIT)
+_DEFAULT_KEYS: Final = _SAMPLING_KEYS + _RUN_KEYS
+_RULE_KEYS: Final = ("select", "marker", "expect", *_RUN_KEYS)
 _SESSION_KEYS: Final = ("expect",)
 
 
@@ -250,7 +263,7 @@ class _FileReader:
         return BudgetFile(self.path, defaults, tuple(rules), session, tuple(prices))
 
     def top_level(self, key: str) -> None:
-        if key in LOAD_KEYS:
+        if key in _RUN_KEYS:
             self.fail(
                 f"{key!r} is a key of [defaults] or of a [[budget]] rule, not a table: put it "
                 f"under one of those headers (keys above the first [header] are top-level)",
@@ -276,7 +289,7 @@ class _FileReader:
             self.fail("'session' must be a table: [session]", ("session",))
         failed = len(self.errors)
         for key in table:
-            if key in LOAD_KEYS:
+            if key in _RUN_KEYS:
                 with self.check():
                     # A load key shapes how a test's samples run; [session] runs nothing of its
                     # own, so a value there would judge nothing while looking like it did.
@@ -345,6 +358,7 @@ class _FileReader:
     def defaults(self, table: Any) -> Defaults:
         values: dict[str, int | None] = {}
         load: list[tuple[str, int | float | str]] = []
+        split: bool | None = None
         with self.check():
             if not isinstance(table, dict):
                 self.fail("'defaults' must be a table: [defaults]", ("defaults",))
@@ -352,9 +366,11 @@ class _FileReader:
                 with self.check():
                     if key in LOAD_KEYS:
                         load.append((key, self.load_value(key, value, ("defaults", key))))
+                    elif key == _SPLIT:
+                        split = self.split(value, ("defaults", key))
                     else:
                         values[key] = self.default(key, value)
-        defaults = Defaults(**values, load=tuple(load))
+        defaults = Defaults(**values, load=tuple(load), split=split)
         with self.check():
             if (
                 defaults.samples is not None
@@ -389,6 +405,11 @@ class _FileReader:
         # the marker's values, and every output names the rate as the user wrote it.
         return value if key == "rate" else checked
 
+    def split(self, value: Any, at: _Path) -> bool:
+        if not isinstance(value, bool):
+            self.fail(f"split must be true or false, got {value!r}", at)
+        return value
+
     def rule(self, table: dict[str, Any], index: int) -> BudgetRule:
         here: _Path = ("budget", index)
         failed = len(self.errors)
@@ -416,10 +437,14 @@ class _FileReader:
             if key in table:
                 with self.check():
                     load.append((key, self.load_value(key, table[key], (*here, key))))
+        split: bool | None = None
+        if _SPLIT in table:
+            with self.check():
+                split = self.split(table[_SPLIT], (*here, _SPLIT))
         expectations = self.expectations(table, here, "[[budget]]", misspelled=misspelled)
         if len(self.errors) > failed:
             raise _Skip  # recorded already; a rule with a wrong key is no rule
-        return BudgetRule(expectations, select, marker, self.where(here), tuple(load))
+        return BudgetRule(expectations, select, marker, self.where(here), tuple(load), split)
 
     def expectations(
         self, table: dict[str, Any], here: _Path, what: str, *, misspelled: bool = False

@@ -128,17 +128,25 @@ def plan_for(item: pytest.Item, settings: Settings) -> SamplingPlan | None:
     load = _load_of(shape, item.nodeid) if shape else None
     expectations = tuple(e for e in own + from_file if _applies(e, load, level, swept, source))
     plan = SamplingPlan(expectations, samples, warmup or 0, max_samples or samples, load)
-    split = next((m.kwargs["split"] for m in markers if "split" in m.kwargs), None)
-    if split is not None:
+    shard = _sweep.shard_of(item)
+    if (
+        shard is not None
+        or any("split" in m.kwargs for m in markers)
+        or (budget_file is not None and budget_file.splits)
+    ):
         from pytest_latency.plugin import _split
 
+        # The choice the shards were made by (`_split.shards_of`): the same rules, matched the
+        # same way.
+        choice = _split.choice_of(item, level, markers, marker_names, budget_file)
+        where = source if choice is None or choice.rule is None else f"{choice.rule}: {nodeid}"
         try:
-            _split.check_split(split, plan)
-            shard = _sweep.shard_of(item)
+            if choice is not None:
+                _split.check_split(choice, plan)
             if shard is not None:
                 plan = _split.share_plan(plan, shard)
         except _split.SplitError as exc:
-            raise BudgetError(f"{source}: {exc}") from None
+            raise BudgetError(f"{where}: {exc}") from None
     return plan
 
 

@@ -3,9 +3,12 @@
 Owns `ShardScheduler`, the plugin object (registered on the controller of a `--dist load` run)
 whose `pytest_xdist_make_scheduler` returns `ShardFirst`: pytest-xdist's own load scheduling,
 except that the first tests each worker is sent are the split tests' shards, shard k of every
-split test to worker k, in collection order, so the shards of a test reach their meeting at
-about the same time (`_split.meet`) and none waits behind another shard of its own test. The
-rest of the collection is then sent as pytest-xdist sends it. A run with no split test is
+split test to worker k, so the shards of a test reach their meeting at about the same time
+(`_split.meet`) and none waits behind another shard of its own test. The tests split into the
+most shards go first (in collection order among equals): then every worker a test's shards run
+on has run the same tests before them, where a sweep's level of 2 shards ahead of its level of
+4 would keep workers 3 and 4 waiting at the meeting for as long as that level ran. The rest of
+the collection is then sent as pytest-xdist sends it. A run with no split test is
 scheduled exactly as pytest-xdist would. It also names the run's meeting place for the workers
 (`_split.MEETING_INPUT` in each one's `workerinput`) and removes it at the end. Imports xdist
 (only this module, only on a controller of a distributed run); may import `_split`.
@@ -37,18 +40,22 @@ class ShardFirst(LoadScheduling):  # type: ignore[misc]
             super().schedule()
             return
         collection = next(iter(self.node2collection.values()), [])
-        shards = [i for i, nodeid in enumerate(collection) if _split.is_shard(nodeid)]
-        if not shards or not self._check_nodes_have_same_collection():
+        first = {
+            i: shard
+            for i, nodeid in enumerate(collection)
+            if (shard := _split.shard_in(nodeid)) is not None
+        }
+        if not first or not self._check_nodes_have_same_collection():
             super().schedule()
             return
         self.collection = list(collection)
-        self.pending[:] = [i for i in range(len(collection)) if i not in set(shards)]
+        self.pending[:] = [i for i in range(len(collection)) if i not in first]
         if self.maxschedchunk is None:
             self.maxschedchunk = len(collection)
         nodes = self.nodes
-        for index in shards:
-            shard = _split.shard_number(collection[index])
-            node = nodes[shard % len(nodes)]
+        # sorted() is stable: among tests of as many shards, collection order.
+        for index in sorted(first, key=lambda i: -first[i].count):
+            node = nodes[first[index].index % len(nodes)]
             self.node2pending[node].append(index)
             node.send_runtest_some([index])
         # The rest as pytest-xdist's load scheduling sends a collection: a first chunk to each

@@ -1,18 +1,21 @@
 """Split: one test's load across pytest-xdist workers, run at the same time, judged joined.
 
-Owns `split=True`: under `pytest -n N` a test with a load shape is collected as shards, one per
-worker (`shard=1/2`: as many as there are workers, no more than its samples or concurrency),
-each running its part of the samples, the concurrency and the rate (`load.Load.share`); the
-shards meet before their first kept sample (after each one's warmup, which warms its own
-process) and start together; their budgets are judged on the controller, over the joined record
-(`testdata.TestData.joined`: every call of every shard, so the figures are exact), and a miss
-fails the last shard's report. A shard that waited `MEET_TIMEOUT_S` for the others in vain runs
-alone and the joined test fails saying so: its figures are not those of the load asked for.
-The meeting is a directory of files under the system's temporary directory, named by the run
-(pytest-xdist's test run id) and the test: each shard writes when it arrived, all of them start
-a little after the last arrival. Without pytest-xdist, or with one worker, `split=True` changes
-nothing. `_shard_schedule` sends each shard to a worker of its own. May import `load`,
-`testdata`, `verdicts`, `diagnose` (lazily) and its siblings; pytest for the hook's types.
+Owns `split=True`: whether a test is split (`choice_of`: its marker's `split=`, else budgets.toml's
+`split`, taken as the load keys are) and into what: under `pytest -n N` a test with a load shape is
+collected as shards, one per worker (`shard=1/2`: as many as there are workers, no more than its
+samples or concurrency; each level of a sweep as many as that level allows, and a level that allows
+fewer than two runs whole), each running its part of the samples, the concurrency and the rate
+(`load.Load.share`); the shards meet before their first kept sample (after each one's warmup, which
+warms its own process) and start together; their budgets are judged on the controller, over the
+joined record (`testdata.TestData.joined`: every call of every shard, so the figures are exact), and
+a miss fails the last shard's report. A shard that waited `MEET_TIMEOUT_S` for the others in vain
+runs alone and the joined test fails saying so: its figures are not those of the load asked for. The
+meeting is a directory of files under the system's temporary directory, named by the run
+(pytest-xdist's test run id) and the test: each shard writes when it arrived, all of them start a
+little after the last arrival. Without pytest-xdist, or with one worker, `split=True` changes
+nothing. `_shard_schedule` sends each shard to a worker of its own. May import `load`, `testdata`,
+`verdicts`, `diagnose` (lazily) and its siblings; pytest for the hook's types; `budgets` for types
+only (the loaded file is handed in).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ if TYPE_CHECKING:
 
     import pytest
 
+    from pytest_latency.budgets import BudgetFile, BudgetRule
     from pytest_latency.load import Shard
     from pytest_latency.plugin._state import SamplingPlan
+    from pytest_latency.plugin._sweep import Level
     from pytest_latency.testdata import TestData
 
 # How long a shard waits for the others: a worker busy with a long test before its shard (a
@@ -47,33 +52,164 @@ _POLL_S = 0.002
 _SHARD_ID = re.compile(r"(?P<sep>[\[-])shard=(?P<i>\d+)/(?P<n>\d+)(?=[\]-])")
 
 
+# The load keys that make a shape to split (`load.LOAD_KEYS`: the others only shape a rate).
+_SHAPE_KEYS = ("concurrency", "rate")
+
+
 class SplitError(ValueError):
     """A `split=True` that cannot run; the message says why, the caller names the test."""
 
 
-def shards_of(item: pytest.Item, workers: int) -> list[Shard] | None:
-    """The shards a test is collected as: one per worker, as many as its samples and its
-    concurrency allow; None when it is not split (no `split=True`, fewer than two workers)."""
-    marker = next((m for m in item.iter_markers("latency") if "split" in m.kwargs), None)
-    if marker is None or marker.kwargs["split"] is not True or workers < 2:
+class Choice(NamedTuple):
+    """A test's `split`, and where it was given: its marker (as written: `check_split` checks
+    it), a `[[budget]]` rule (`rule`, its `budgets.toml:LINE`) or `[defaults]` (`defaults`)."""
+
+    value: object
+    rule: str | None = None
+    defaults: bool = False
+
+
+def choice_of(
+    item: pytest.Item,
+    level: Level | None,
+    markers: Sequence[pytest.Mark],
+    marker_names: Sequence[str],
+    budget_file: BudgetFile | None,
+) -> Choice | None:
+    """A test's `split` as the load keys are taken: the closest marker's, else the first
+    `[[budget]]` rule's that selects the test and gives it, else `[defaults]`'s (for a test a
+    marker or a rule budgets, as `[defaults]` applies). None when nothing gives it. The rules
+    are matched against `split_id`: the test is split when it is collected, before pytest
+    gives it its parameters (`markers`: the `latency` ones, closest first)."""
+    choice = _marker_choice(markers)
+    if choice is not None or budget_file is None or not budget_file.splits:
+        return choice
+    return _file_choice(markers, _rules(item, level, marker_names, budget_file), budget_file)
+
+
+def _marker_choice(markers: Sequence[pytest.Mark]) -> Choice | None:
+    return next((Choice(m.kwargs["split"]) for m in markers if "split" in m.kwargs), None)
+
+
+def _rules(
+    item: pytest.Item, level: Level | None, marker_names: Sequence[str], budget_file: BudgetFile
+) -> tuple[BudgetRule, ...]:
+    return budget_file.rules_for(split_id(item, level), marker_names)
+
+
+def _file_choice(
+    markers: Sequence[pytest.Mark], rules: Sequence[BudgetRule], budget_file: BudgetFile
+) -> Choice | None:
+    if not markers and not rules:
+        return None  # a test nothing budgets: [defaults] is not its
+    for rule in rules:
+        if rule.split is not None:
+            return Choice(rule.split, rule=rule.source)
+    split = budget_file.defaults.split
+    return None if split is None else Choice(split, defaults=True)
+
+
+def split_id(item: pytest.Item, level: Level | None) -> str:
+    """The node id a `[[budget]]` rule's `split` is matched against: the test function's, with
+    its sweep level (`t.py::test_a[concurrency=16]`), the same when the test is collected and
+    when it is planned; a parameter of pytest's own (`parametrize`) does not exist yet when the
+    shards are made."""
+    nodeid = item.nodeid
+    function = getattr(item, "originalname", item.name)
+    if function != item.name:  # a parametrized test: `t.py::test_a[...]` → `t.py::test_a`
+        nodeid = nodeid[: len(nodeid) - len(item.name)] + str(function)
+    return nodeid if level is None else f"{nodeid}[{level.id}]"
+
+
+def shards_of(
+    item: pytest.Item,
+    levels: Sequence[Level] | None,
+    workers: int,
+    budget_file: BudgetFile | None,
+) -> list[tuple[Level | None, Shard | None]] | None:
+    """What a test is collected as, at each level of its sweep (`levels`; None: a test of one
+    level): that level's shards, one per worker and as many as its samples and concurrency
+    allow, or the level whole (a shard None) when that is fewer than two. None when no level is
+    split (no `split`, fewer than two workers)."""
+    if workers < 2:
         return None
     from pytest_latency.load import Shard
 
+    markers = list(item.iter_markers("latency"))
+    names = [m.name for m in item.iter_markers()]
+    parts: list[tuple[Level | None, Shard | None]] = []
+    for level in levels or (None,):
+        count = _count(item, level, markers, names, budget_file, workers)
+        if count < 2:
+            parts.append((level, None))
+        else:
+            parts.extend((level, Shard(index, count)) for index in range(count))
+    return parts if any(shard is not None for _, shard in parts) else None
+
+
+def _count(
+    item: pytest.Item,
+    level: Level | None,
+    markers: Sequence[pytest.Mark],
+    marker_names: Sequence[str],
+    budget_file: BudgetFile | None,
+    workers: int,
+) -> int:
+    """How many shards a test (at `level`) is split into: its workers, its samples and its
+    concurrency, whichever is fewest; 1 when it is not split or has no load shape (one sample
+    at a time: nothing runs at once to split). Values are taken as the plan takes them (a bad
+    one is the plan's error, named there)."""
+    choice = choice_of(item, level, markers, marker_names, budget_file)
+    if choice is None or choice.value is not True:
+        return 1
+    rules = _rules(item, level, marker_names, budget_file) if budget_file is not None else ()
+    # Neither key: one sample at a time, nothing runs at once to split.
+    concurrency, rate = (_given(k, level, markers, rules, budget_file) for k in _SHAPE_KEYS)
+    if concurrency is None and rate is None:
+        return 1
+    samples = next((m.kwargs["samples"] for m in markers if "samples" in m.kwargs), None)
+    if samples is None and budget_file is not None:
+        samples = budget_file.defaults.samples
     count = workers
-    for key in ("samples", "concurrency"):
-        value = marker.kwargs.get(key)
-        values = value if isinstance(value, list | tuple) else [value]
-        numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-        if numbers:
-            count = min(count, *numbers)
-    return [Shard(index, count) for index in range(count)] if count >= 2 else None
+    for value in (samples or 1, concurrency):
+        if isinstance(value, int) and not isinstance(value, bool):
+            count = min(count, value)
+    return count
 
 
-def check_split(value: object, plan: SamplingPlan) -> None:
-    """`split=` checked against the plan it splits: a bool, and a load shape to split."""
-    if not isinstance(value, bool):
-        raise SplitError(f"split={value!r} must be True or False")
-    if value and (plan.load is None or plan.load.sequential):
+def _given(
+    key: str,
+    level: Level | None,
+    markers: Sequence[pytest.Mark],
+    rules: Sequence[BudgetRule],
+    budget_file: BudgetFile | None,
+) -> object:
+    """A load key's value as written: the level's (a sweep's), the closest marker's, the first
+    rule's that gives it, `[defaults]`'s; None where none does."""
+    if level is not None and level.key == key:
+        return level.value
+    for marker in markers:
+        if key in marker.kwargs:
+            return marker.kwargs[key]
+    tables = [rule.load for rule in rules]
+    if budget_file is not None:
+        tables.append(budget_file.defaults.load)
+    return next((value for table in tables for name, value in table if name == key), None)
+
+
+def check_split(choice: Choice, plan: SamplingPlan) -> None:
+    """A test's `split` checked against the plan it splits: a bool, and a load shape to split.
+    `[defaults]` splits the tests that have one and leaves the others be: it is every budgeted
+    test's, and most suites run some tests one sample at a time. A shape of one sample at a
+    time (`concurrency=1`, a sweep's first level) runs whole: there is nothing to split."""
+    if not isinstance(choice.value, bool):
+        raise SplitError(f"split={choice.value!r} must be True or False")
+    load = plan.load
+    if (
+        choice.value
+        and not choice.defaults
+        and (load is None or (load.concurrency is None and load.rate is None))
+    ):
         raise SplitError(
             "split=True splits a load shape across pytest-xdist workers: give concurrency= "
             "or rate= too"
@@ -83,10 +219,16 @@ def check_split(value: object, plan: SamplingPlan) -> None:
 def share_plan(plan: SamplingPlan, shard: Shard) -> SamplingPlan:
     """A shard's part of its test's plan: its part of the samples and of the load; every shard
     warms up as the plan says (each warms its own process). No sequential sampling: a look
-    would judge one shard's part alone. A part that would be empty (samples or a concurrency
-    from budgets.toml below the number of shards) is a `SplitError`: the shard could run
-    nothing, or nothing at once."""
-    assert plan.load is not None
+    would judge one shard's part alone. The shards were counted from the same values
+    (`shards_of`), but with the rules that select the test by its function and level
+    (`split_id`); a rule that selects it by a parameter's id as well may give the plan less:
+    a part that would be empty, or no load to share, is a `SplitError` (the shard could run
+    nothing, or nothing at once)."""
+    if plan.load is None or plan.load.sequential:
+        raise SplitError(
+            f"split across {shard.count} workers, and this test runs one sample at a time: give "
+            "it concurrency= or rate= where it is split, or split=False"
+        )
     small = [
         f"{name}={total}"
         for name, total in (("samples", plan.samples), ("concurrency", plan.load.concurrency))
@@ -113,19 +255,10 @@ def unsharded(nodeid: str) -> str:
     return head + tail
 
 
-def is_shard(nodeid: str) -> bool:
-    return _SHARD_ID.search(nodeid) is not None
-
-
-def shard_number(nodeid: str) -> int:
-    """A shard's index (from 0) from its node id; 0 for a test that is not one."""
-    match = _SHARD_ID.search(nodeid)
-    return int(match["i"]) - 1 if match is not None else 0
-
-
 def shard_in(nodeid: str) -> Shard | None:
     """The shard a node id names (a record that carries no shard of its own: late calls, a
-    test in flight when the run stopped); None for a test that is not one."""
+    test in flight when the run stopped; the scheduler's collection); None for a test that is
+    not one."""
     match = _SHARD_ID.search(nodeid)
     if match is None:
         return None
@@ -299,18 +432,19 @@ __all__ = [
     "MEETING_INPUT",
     "MEET_TIMEOUT_ENV",
     "MEET_TIMEOUT_S",
+    "Choice",
     "Joiner",
     "Meeting",
     "SplitError",
     "check_split",
-    "is_shard",
+    "choice_of",
     "meet",
     "meeting_folder",
     "shard_in",
-    "shard_number",
     "shards_of",
     "share_plan",
     "sleep_until",
+    "split_id",
     "timeout_s",
     "unsharded",
 ]

@@ -5,13 +5,18 @@ per level (`pytest_generate_tests`: ids `concurrency=4`, `rate=20/s`, so a level
 its own that `-k`, xdist and the reports all see), the level each such test runs at (`level_of`),
 the name of the sweep a test belongs to (its node id with the level as `*`), and which budgets a
 level filter (`ttft{concurrency=16}.p95 < 800ms`) applies to (`applies`); its hook also makes a
-split test's shards (`_split.shards_of`). Cheap at import: this hook runs for every test
-function of the suite. May import `load` and `_split` (lazily); pytest for the hook.
+split test's shards (`_split.shards_of`: each level's own, so one parametrization of (level,
+shard) pairs, `concurrency=1` beside `concurrency=4-shard=1/2`). Cheap at import and for an
+unsplit suite: this hook runs for every test function of the suite. May import `load` and
+`_split` (lazily), `_state` (the settings: the budgets file may split a test); pytest for the
+hook.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
+
+from pytest_latency.plugin._state import SETTINGS_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -47,28 +52,50 @@ class SweepError(ValueError):
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    definition = metafunc.definition
     # `keywords` holds marker names: a dict lookup, where iter_markers builds generators.
-    if "latency" not in metafunc.definition.keywords:
+    marked = "latency" in definition.keywords
+    # A split test's shards (`t[concurrency=4-shard=1/2]`) are made on a pytest-xdist worker
+    # only: the controller collects nothing, and without workers there is nothing to split
+    # across. Only under `--dist load`, whose scheduler the plugin's is (it names the meeting
+    # place in `workerinput`: a worker's own `dist` option reads "no"): the others send a
+    # module's tests (loadfile, loadscope, worksteal's ranges) or all of them (each) to one
+    # worker, where the shards could not run together.
+    workerinput = getattr(metafunc.config, "workerinput", None)
+    if not isinstance(workerinput, dict) or MEETING_INPUT not in workerinput:
+        workerinput = None
+    if not marked and workerinput is None:
         return
-    levels = _levels(metafunc.definition)
-    if levels is not None:
+    levels = _levels(definition) if marked else None
+    parts = None
+    if workerinput is not None:
+        settings = metafunc.config.stash.get(SETTINGS_KEY, None)
+        budget_file = settings.budget_file if settings is not None else None
+        if _marker_splits(definition, marked) or (budget_file is not None and budget_file.splits):
+            from pytest_latency.plugin import _split
+
+            workers = int(workerinput.get("workercount", 1))
+            parts = _split.shards_of(definition, levels, workers, budget_file)
+    if parts is not None:
+        # One parametrization of (level, shard) pairs: a level's shards are its own (a cross
+        # product would give every level the same number).
+        metafunc.fixturenames.extend((LEVEL_ARG, SHARD_ARG))
+        ids = [_part_id(level, shard) for level, shard in parts]
+        metafunc.parametrize((LEVEL_ARG, SHARD_ARG), parts, ids=ids)
+    elif levels is not None:
         metafunc.fixturenames.append(LEVEL_ARG)
         metafunc.parametrize(LEVEL_ARG, levels, ids=[level.id for level in levels])
-    # A split test's shards, after its levels (`t[concurrency=4-shard=1/2]`), on a
-    # pytest-xdist worker only: the controller collects nothing, and without workers there
-    # is nothing to split across. Only under `--dist load`, whose scheduler the plugin's is
-    # (it names the meeting place in `workerinput`: a worker's own `dist` option reads "no"):
-    # the others send a module's tests (loadfile, loadscope, worksteal's ranges) or all of
-    # them (each) to one worker, where the shards could not run together.
-    workerinput = getattr(metafunc.config, "workerinput", None)
-    split = any("split" in m.kwargs for m in metafunc.definition.iter_markers("latency"))
-    if split and isinstance(workerinput, dict) and MEETING_INPUT in workerinput:
-        from pytest_latency.plugin import _split
 
-        shards = _split.shards_of(metafunc.definition, int(workerinput.get("workercount", 1)))
-        if shards is not None:
-            metafunc.fixturenames.append(SHARD_ARG)
-            metafunc.parametrize(SHARD_ARG, shards, ids=[s.id for s in shards])
+
+def _marker_splits(definition: pytest.Item, marked: bool) -> bool:
+    return marked and any("split" in m.kwargs for m in definition.iter_markers("latency"))
+
+
+def _part_id(level: Level | None, shard: Shard | None) -> str:
+    """A part's id: `concurrency=4-shard=1/2`, `shard=1/2`, or a level run whole's
+    `concurrency=1` (the ids `_split.unsharded` undoes)."""
+    ids = [part.id for part in (level, shard) if part is not None]
+    return "-".join(ids)
 
 
 def _levels(item: pytest.Item) -> list[Level] | None:
