@@ -12,17 +12,22 @@ import weakref
 from typing import Any
 
 import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
-import openai  # noqa: F401
+import httpx2
+import openai
 import pytest
 from latency_data import call_metrics as synthetic
 from latency_data import pool_of
+from remote_sim import error_of, itl_errors, paced, remote_simulator, truth_log, truth_of
+from test_metrics import DONE, T0, chat_chunk, chat_usage, make_record
 
 import pytest_latency.sim  # noqa: F401
+from pytest_latency import instrument
 from pytest_latency.budgets import parse_expectation
 from pytest_latency.calls import Call
 from pytest_latency.capture import _stream
+from pytest_latency.capture._stream import LAG_TICK_NS
 from pytest_latency.diagnose import CPU_STARVED, GC_PAUSED, diagnose_calls, title
-from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics, call_metrics
+from pytest_latency.metrics import SATURATED_LAG_MS, STAMP_TARGET_MS, CallMetrics, call_metrics
 from pytest_latency.verdicts import FLAGGED_EXPR, judge
 from pytest_latency.wire import LoopLag, WireRecord
 
@@ -162,6 +167,197 @@ def test_a_late_span_that_began_before_the_call_counts_from_its_start() -> None:
     assert (m.loop_lag_max_ms, m.flagged) == (60.0, ("client_saturated",))
 
 
+def _chat_record(stamps_ms: list[float], log: LoopLag, *, stamp_passes: int) -> WireRecord:
+    """A streamed chat call from 0 ms whose content chunks were stamped at `stamps_ms`, on a
+    loop whose passes `log` holds."""
+    chunks = [(50.0, chat_chunk({"role": "assistant", "content": ""}))]
+    chunks += [(at, chat_chunk({"content": f"t{i} "})) for i, at in enumerate(stamps_ms)]
+    chunks.append((stamps_ms[-1] + 1, chat_usage() + DONE))
+    record = make_record("http://h/v1/chat/completions", chunks, loop_lag=log)
+    record.stamp_passes = stamp_passes
+    return record
+
+
+def _passes(log: LoopLag, *passes: tuple[float, float]) -> LoopLag:
+    """Each pass as (when its select returned, the earliest its callbacks' data arrived), ms
+    after T0."""
+    for ready, earliest in passes:
+        log.readies_ns.append(T0 + int(ready * 1_000_000))
+        log.earliest_ns.append(T0 + int(earliest * 1_000_000))
+    return log
+
+
+def test_the_loops_passes_bound_each_stamp_and_flag_a_late_one() -> None:
+    """A stamp taken in the pass whose select returned at S is at least t - S late; its data,
+    read `stamp_passes` passes earlier, arrived no sooner than that pass's earliest. The ttft is
+    off by at most its stamp's upper bound, a gap by the larger stamp's upper bound less the
+    other's lower one (issue #17: the tick monitor missed such calls under 50 ms of lag)."""
+    # Short passes, 1 ms each: stamps at 100.5, 120.5, 140.5 ms; each pass's data arrived
+    # after the one before returned.
+    quick = _passes(LoopLag(LAG_TICK_NS), *[(float(t), t - 1.0) for t in range(90, 150)])
+    m = call_metrics(_chat_record([100.5, 120.5, 140.5], quick, stamp_passes=1))
+    # stamp 100.5: lo 0.5 (select at 100), hi 100.5 - earliest of the pass before (98) = 2.5
+    assert m.stamp_error_max_ms == pytest.approx(2.5)
+    assert not m.flagged
+    # The same through aiohttp, stamped in the pass that read the socket: 1.5 ms at most.
+    assert call_metrics(
+        _chat_record([100.5, 120.5, 140.5], quick, stamp_passes=0)
+    ).stamp_error_max_ms == pytest.approx(1.5)
+
+    # One long pass, 12 ms of the loop's own work (selected at 108, ran until 120), before the
+    # second stamp: its data may have waited all of it. The lag ticks saw nothing (no tick fell
+    # in it), so only the passes tell.
+    passes = [(float(t), t - 1.0) for t in range(90, 109)] + [(120.0, 108.0), (121.0, 120.0)]
+    passes += [(float(t), t - 1.0) for t in range(122, 150)]
+    busy = _passes(LoopLag(LAG_TICK_NS), *passes)
+    m = call_metrics(_chat_record([100.5, 121.5, 140.5], busy, stamp_passes=1))
+    # stamp 121.5 in the pass selected at 121; its data read in the pass before (selected at
+    # 120, earliest 108): hi 13.5; the gap from 100.5 (lo 0.5): 13.5 - 0.5 = 13 ms.
+    assert m.stamp_error_max_ms == pytest.approx(13.0)
+    assert m.flagged == ("client_saturated",)
+    assert m.loop_lag_max_ms is None and m.stamps_late_ms == pytest.approx(13.0)
+    assert any(n.startswith("client_saturated: a stamp may be up to 13 ms late") for n in m.notes)
+
+
+def test_an_idle_loops_wait_is_not_counted_against_its_stamps() -> None:
+    """A select that waited (the loop had nothing to run) ends at the first arrival: the wait
+    is not lateness. An idle loop between 20 ms tokens: passes whose earliest is their own
+    return (less the slack), not the pass before's."""
+    passes = []
+    for t in range(100, 200, 20):  # a wait of 19.8 ms, then the read, then the stamp's pass
+        passes += [(float(t), t - 0.2), (t + 0.1, float(t))]
+    idle = _passes(LoopLag(LAG_TICK_NS), (80.0, 79.0), *passes)
+    m = call_metrics(_chat_record([100.15, 120.15, 140.15], idle, stamp_passes=1))
+    assert m.stamp_error_max_ms == pytest.approx(0.35)
+    assert not m.flagged
+
+
+def test_without_passes_the_stamps_have_no_bound() -> None:
+    # uvloop, a proactor loop, or a log begun after the stamps: the ticks alone, as before.
+    m = call_metrics(_chat_record([100.5, 120.5], LoopLag(LAG_TICK_NS), stamp_passes=1))
+    assert m.stamp_error_max_ms is None and not m.flagged
+    late = _passes(LoopLag(LAG_TICK_NS), (130.0, 129.0), (131.0, 130.0))
+    assert (
+        call_metrics(_chat_record([100.5, 120.5], late, stamp_passes=1)).stamp_error_max_ms is None
+    )
+
+
+def test_a_real_loops_passes_are_timed_while_calls_are_in_flight_and_not_after() -> None:
+    async def main() -> tuple[WireRecord, bool, bool]:
+        loop = asyncio.get_running_loop()
+        record = _record(time.perf_counter_ns())
+        _stream.watch_loop(record, time.perf_counter_ns)
+        timed = "select" in vars(loop._selector)  # type: ignore[attr-defined]
+        await asyncio.sleep(0.03)
+        record.t_eof_ns = time.perf_counter_ns()
+        await asyncio.sleep(_stream.LAG_TICK_NS * _stream.LAG_SCAN_TICKS * 3 / 1e9)
+        return record, timed, "select" in vars(loop._selector)  # type: ignore[attr-defined]
+
+    record, timed, still = asyncio.run(main())
+    assert timed and not still
+    log = record.loop_lag
+    assert log is not None and len(log.readies_ns) == len(log.earliest_ns) > 3
+    assert list(log.readies_ns) == sorted(log.readies_ns)
+    assert all(e <= r for e, r in zip(log.earliest_ns, log.readies_ns, strict=True))
+
+
+@pytest.mark.parametrize("library", ["httpx2", "aiohttp"])
+def test_a_loop_held_under_the_lag_threshold_flags_the_stamps_it_made_late(library: str) -> None:
+    """Another task holds the loop 30 ms while a stream's tokens arrive every 10 ms: the
+    stamps are that late against what the simulator (a process of its own) sent. The lag
+    monitor's worst wake-up is under SATURATED_LAG_MS, so before the passes were timed the
+    call went unflagged (issue #17); the passes bound it, and flag it."""
+    with remote_simulator(*paced(decode_ms_per_token=10.0, output_tokens=20)) as base:
+
+        async def main() -> list[WireRecord]:
+            records: list[WireRecord] = []
+            body = {
+                "model": "m",
+                "stream": True,
+                "messages": [{"role": "user", "content": "q"}],
+            }
+            url = f"{base}/v1/chat/completions"
+            if library == "httpx2":
+                client: Any = instrument(httpx2.AsyncClient(timeout=10), sink=records.append)
+                async with client.stream("POST", url, json=body) as r:
+                    asyncio.get_running_loop().call_later(0.06, time.sleep, 0.03)
+                    async for _ in r.aiter_bytes():
+                        pass
+                await client.aclose()
+            else:
+                import aiohttp
+
+                session = instrument(aiohttp.ClientSession(), sink=records.append)
+                async with session.post(url, json=body) as r:
+                    asyncio.get_running_loop().call_later(0.06, time.sleep, 0.03)
+                    async for _ in r.content.iter_any():
+                        pass
+                await session.close()
+            return records
+
+        (record,) = asyncio.run(main())
+        truth = truth_of(record, truth_log(base))
+    m = call_metrics(record)
+    errors = [abs(e) for e in itl_errors(m, truth)]
+    assert max(errors) > 15, errors  # the stamps were late: the loop was held
+    assert m.loop_lag_max_ms is not None and m.loop_lag_max_ms < SATURATED_LAG_MS
+    assert m.stamp_error_max_ms is not None and m.stamp_error_max_ms >= 25, m.stamp_error_max_ms
+    # time.sleep is the loop's own doing; beside CPU hogs the ticks may put it down to the
+    # machine instead (cpu_starved): flagged either way.
+    assert {"client_saturated", "cpu_starved"} & set(m.flagged), (m.flagged, m.notes)
+
+
+def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:
+    """The promise call by call: an unflagged call's ttft and gaps are within the p99 target
+    (5 ms) of the simulator's send times (a process of its own). Four streams at once through
+    the async openai SDK, three rounds: on a quiet machine none is flagged; on a busy one some
+    may be, and each that is late must be. Held to the target plus 2 ms: the simulator stamps a
+    send just before it writes, and a busy machine may run its write later."""
+    with remote_simulator(*paced(decode_ms_per_token=10.0, output_tokens=20)) as base:
+
+        async def main() -> list[WireRecord]:
+            records: list[WireRecord] = []
+            client = instrument(
+                openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0),
+                sink=records.append,
+            )
+
+            async def stream(i: int) -> None:
+                s = await client.chat.completions.create(
+                    model=f"m{i}",  # pairs the call with the simulator's record of it
+                    messages=[{"role": "user", "content": f"q{i}"}],
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                async for _ in s:
+                    pass
+
+            await stream(-1)  # the SDK's first streamed call in this process: not the point
+            records.clear()
+            for round_ in range(3):
+                await asyncio.gather(*(stream(4 * round_ + i) for i in range(4)))
+            await client.close()
+            return records
+
+        records = asyncio.run(main())
+        truths = truth_log(base)
+    assert len(records) == 12
+    late = []
+    by_model = {t.model: t for t in truths}
+    for record in records:
+        m = call_metrics(record)
+        assert m.model is not None
+        truth = by_model[m.model]
+        errors = [abs(e) for e in itl_errors(m, truth)]
+        errors.append(abs(error_of(record, m, truth).ttft))
+        if max(errors) > STAMP_TARGET_MS + 2 and not m.flagged:
+            late.append((max(errors), m.stamp_error_max_ms, m.loop_lag_max_ms))
+        # A flag rests on a bound over the target, or on the lag monitor's own evidence.
+        if m.client_saturated:
+            assert m.stamps_late_ms is not None and m.stamps_late_ms > STAMP_TARGET_MS
+    assert not late, late
+
+
 def test_a_loop_held_by_garbage_collection_is_paused_not_saturated() -> None:
     log = LoopLag(2_000_000)
     ms = 1_000_000
@@ -251,7 +447,7 @@ def test_fail_adds_a_judgement_naming_the_flags() -> None:
     assert not failure.passed and failure.n == 3
     assert "2 of 3 calls flagged" in failure.message
     assert "1 consumer_bound" in failure.message
-    assert "1 client_saturated (event-loop lag up to 150 ms" in failure.message
+    assert "1 client_saturated (stamps up to 150 ms late" in failure.message
     # No flagged call, nothing added; no budget, nothing judged.
     assert len(judge(expectations, pool_of(_data([make_call()])), flagged="fail")) == 1
     assert judge([], pool_of(_data(calls)), flagged="fail") == []
@@ -301,20 +497,6 @@ async def test_saturated(async_openai_client, latency):
     assert all(f.loop_lag_max_ms is not None for f in finals)
     assert sum(f.client_saturated for f in finals) > 100
 
-@pytest.mark.asyncio
-async def test_calm(async_openai_client, latency):
-    for _ in range(3):
-        await asyncio.gather(*(stream(async_openai_client, i, 0) for i in range(2)))
-    finals = [c.final for c in latency.calls]
-    assert len(finals) == 6
-    # (a call shorter than the monitor's 10 ms tick may see no wake-up at all: None, not 0)
-    # A calm loop is not saturated; on a shared 2-core box the whole process can still be
-    # descheduled once, or the VM stall its thread (beside two hogs, one 109 ms wake-up that
-    # schedstat did not see as a wait), so one stray episode is tolerated: the two calls of
-    # one gather share the loop, and so its one late wake-up.
-    lags = {f.loop_lag_max_ms for f in finals if f.client_saturated}
-    assert len(lags) <= 1, [f.loop_lag_max_ms for f in finals]
-
 def test_sync_calls_have_no_loop_lag(openai_client, latency):
     openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
     (call,) = latency.calls
@@ -336,12 +518,12 @@ def tester(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def test_many_streams_with_cpu_work_are_saturated_and_a_calm_test_is_not(
+def test_many_streams_with_cpu_work_are_saturated(
     tester: pytest.Pytester,
 ) -> None:
     tester.makepyfile(test_inner=INNER)
     result = tester.runpytest(*ASYNC_ARGS)
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*Task was destroyed*")
 
 
@@ -378,7 +560,7 @@ def test_fail_fails_a_budgeted_test_with_saturated_calls_and_says_why(
     result.stdout.fnmatch_lines(
         [
             "*pytest-latency: flagged calls in a budgeted test*",
-            "*of 200 calls flagged:*client_saturated (event-loop lag up to *",
+            "*of 200 calls flagged:*client_saturated (stamps up to * ms late*",
         ]
     )
 

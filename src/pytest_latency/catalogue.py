@@ -269,7 +269,7 @@ FLAG_SPECS = (
     FlagSpec(
         "client_saturated",
         "client-saturated",
-        "the event loop lagged while the call was in flight",
+        "the event loop was too busy to stamp the call on time",
         distorting=True,
     ),
     FlagSpec("incomplete", "incomplete", "body not read to the end", distorting=False),

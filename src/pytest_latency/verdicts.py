@@ -39,7 +39,7 @@ from pytest_latency.evidence import (
     gather,
     merge_all,
 )
-from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
+from pytest_latency.metrics import CallMetrics
 from pytest_latency.policies import (
     DEFAULT_FLAGGED,
     DEFAULT_POLICY,
@@ -225,8 +225,8 @@ def flagged_failure(calls: Sequence[CallMetrics]) -> Judgement | None:
             continue
         why = FLAGS[name].why
         if name == "client_saturated":  # with how bad it got
-            worst = max(c.loop_lag_max_ms or 0.0 for c in flagged)
-            why = f"event-loop lag up to {worst:.0f} ms, over {SATURATED_LAG_MS:g} ms, "
+            worst = max(c.stamps_late_ms or 0.0 for c in flagged if c.client_saturated)
+            why = f"stamps up to {worst:.0f} ms late: the event loop was busy with its own work "
             why += "while in flight"
         reasons.append(f"{counts[name]} {name} ({why})")
     message = (

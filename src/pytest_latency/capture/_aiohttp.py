@@ -256,6 +256,7 @@ class LatencyMiddleware:
             clock,
         )
         record.read_ahead = True  # stamped as it arrives (the module docstring)
+        record.stamp_passes = 0  # in the protocol's callback, the pass that read the socket
         self._sink(record)
         _stream.watch_loop(record, clock)
         token = CAPTURING.set(True)  # its connection is captured (`audit`)

@@ -64,6 +64,11 @@ class Headers(Protocol):
 # a faster tick (2 ms was tried) wakes the loop so often that it shows in the very timings it
 # guards: async ITL error p50 rose from 0.02 to 0.2 ms against the simulator's truth.
 LAG_TICK_NS = 10_000_000
+# A select that took longer than this, plus PASS_EVENT_NS for each socket it returned (the
+# selectors module builds its answer in Python, ~0.3 us a socket), waited for its first arrival;
+# what it returned arrived within this of its return.
+PASS_SLACK_NS = 200_000
+PASS_EVENT_NS = 2_000
 # Every this many ticks (50 ms) the monitor drops the calls that have ended; with none left, it
 # stops.
 LAG_SCAN_TICKS = 5
@@ -530,9 +535,10 @@ class LagMonitor:
     def watch(self, record: WireRecord, loop: asyncio.AbstractEventLoop) -> None:
         if self.log is None:
             self.log = LoopLag(LAG_TICK_NS)
+            undo = _time_passes(loop, self.log)
             # An empty context: the monitor outlives the test that started it and must not keep
             # that test's context variables (and what they reference) alive.
-            task = contextvars.Context().run(loop.create_task, self._run(self.log))
+            task = contextvars.Context().run(loop.create_task, self._run(self.log, undo))
             # A loop run by hand and closed without cancelling its tasks leaves this one
             # pending; asyncio would log "Task was destroyed but it is pending!" when it is
             # collected. The task is the plugin's bookkeeping, not the user's work: say nothing.
@@ -540,7 +546,7 @@ class LagMonitor:
         record.loop_lag = self.log
         self.inflight.append(record)
 
-    async def _run(self, log: LoopLag) -> None:
+    async def _run(self, log: LoopLag, undo: Callable[[], None] | None) -> None:
         clock = time.perf_counter_ns
         waited = RunQueueWait.open()
         tick_s = LAG_TICK_NS / 1e9
@@ -564,10 +570,49 @@ class LagMonitor:
                         return
         finally:
             waited.close()
+            if undo is not None:
+                undo()
             # Cancelled at loop shutdown or stopped: the next call on this loop starts a new run.
             if self.log is log:
                 self.log = None
                 self.inflight = []
+
+
+def _time_passes(loop: asyncio.AbstractEventLoop, log: LoopLag) -> Callable[[], None] | None:
+    """Log each pass of `loop` (`LoopLag.readies_ns`, `earliest_ns`) by timing its selector's
+    `select`, on the instance only (another loop's selector is untouched); returns the undo.
+    None where the loop has no selector to time (uvloop, a proactor loop): the ticks alone
+    then bound the stamps."""
+    selector = getattr(loop, "_selector", None)  # asyncio.BaseSelectorEventLoop's own
+    select = getattr(selector, "select", None)
+    if selector is None or not callable(select) or "select" in getattr(selector, "__dict__", ()):
+        return None
+    readies, earliest, clock = log.readies_ns.append, log.earliest_ns.append, time.perf_counter_ns
+    last = [clock()]
+
+    def timed(timeout: float | None = None) -> list[object]:
+        polled = clock()
+        ready: list[object] = select(timeout)
+        now = clock()
+        # A wait (the loop had nothing to run) ends at the first arrival: what it returns
+        # arrived since, give or take building its list. A poll that did not wait returns what
+        # may have arrived any time after the last pass's select returned.
+        margin = PASS_SLACK_NS + PASS_EVENT_NS * len(ready)
+        earliest(now - margin if timeout != 0 and now - polled > margin else last[0])
+        readies(now)
+        last[0] = now
+        return ready
+
+    try:
+        selector.select = timed
+    except AttributeError:  # a selector with __slots__
+        return None
+
+    def undo() -> None:
+        if vars(selector).get("select") is timed:
+            del selector.select
+
+    return undo
 
 
 MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LagMonitor] = (

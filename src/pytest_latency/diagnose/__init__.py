@@ -80,7 +80,7 @@ from pytest_latency.diagnose._whatif import (
     hedge,
     hedged_quantile,
 )
-from pytest_latency.metrics import SATURATED_LAG_MS, CallMetrics
+from pytest_latency.metrics import STAMP_TARGET_MS, CallMetrics
 
 if TYPE_CHECKING:
     from pytest_latency.audit import Escape
@@ -171,15 +171,16 @@ def diagnose_calls(
         )
     saturated = [c for c in calls if c.client_saturated]
     if saturated:
-        worst = max(c.loop_lag_max_ms or 0.0 for c in saturated)
+        worst = max(c.stamps_late_ms or 0.0 for c in saturated)
         found.append(
             Finding(
                 CLIENT_SATURATED,
-                f"{len(saturated)} of {len(calls)} calls ran while the test's event loop lagged up "
-                f"to {worst:.0f} ms (over {SATURATED_LAG_MS:.0f} ms): their timings measure the "
-                "client, not the server; spread concurrent streams over pytest-xdist workers or "
-                "move CPU work out of the streaming loop",
-                {"calls": len(saturated), "of": len(calls), "loop_lag_max_ms": round(worst, 1)},
+                f"{len(saturated)} of {len(calls)} calls were stamped while the test's event loop "
+                f"was busy with its own work, up to {worst:.0f} ms late (over "
+                f"{STAMP_TARGET_MS:g} ms): their timings measure the client, not the server; "
+                "spread concurrent streams over pytest-xdist workers or move CPU work out of the "
+                "streaming loop",
+                {"calls": len(saturated), "of": len(calls), "stamps_late_ms": round(worst, 1)},
             )
         )
     unpriced = Counter(

@@ -13,7 +13,12 @@ never httpx. Definitions: docs/metrics.md.
 
 from __future__ import annotations
 
-from pytest_latency.metrics._call import SATURATED_LAG_MS, CallMetrics, call_metrics
+from pytest_latency.metrics._call import (
+    SATURATED_LAG_MS,
+    STAMP_TARGET_MS,
+    CallMetrics,
+    call_metrics,
+)
 from pytest_latency.metrics._fingerprint import (
     CHARS_PER_TOKEN,
     PREFIX_BLOCK_CHARS,
@@ -58,6 +63,7 @@ __all__ = [
     "REASONING",
     "REFUSAL",
     "SATURATED_LAG_MS",
+    "STAMP_TARGET_MS",
     "TEXT",
     "TOOL",
     "UNKNOWN",
