@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import inspect
 import json
 import os
@@ -185,6 +186,12 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
         client = instrument(client, sink=records.append)
     streams = [Stream(f"w{os.getpid()}-{i}") for i in range(n)]
     rng = random.Random(n)
+    # What the plugin does when a test body starts (--latency-gc=freeze): later collections
+    # scan only what is made after. Every variant alike, so that the ratios are capture's cost.
+    # Without it, capture's kept reads made a full collection come due mid-round: at 150
+    # streams one 40-45 ms pass stalled every aiohttp+capture stream at once (docs/performance.md
+    # §5b), and the bare clients, which keep less, never met one.
+    gc.freeze()
     try:
         await one(Stream("warm"))  # a client's first async request is cold
         records.clear()
