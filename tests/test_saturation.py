@@ -269,6 +269,26 @@ def test_without_passes_the_stamps_have_no_bound() -> None:
     )
 
 
+def test_a_log_keeps_so_many_passes_and_later_stamps_have_no_bound() -> None:
+    async def main() -> LoopLag:
+        record = _record(time.perf_counter_ns())
+        _stream.watch_loop(record, time.perf_counter_ns)
+        assert record.loop_lag is not None
+        record.loop_lag.pass_limit = 5
+        await asyncio.sleep(0.1)
+        record.t_eof_ns = time.perf_counter_ns()
+        return record.loop_lag
+
+    log = asyncio.run(main())
+    assert len(log.readies_ns) == len(log.earliest_ns) == len(log.woken_ns) == 5
+    passes = [(float(t), t - 1.0) for t in range(90, 110)]
+    full = _passes(LoopLag(LAG_TICK_NS), *passes)
+    full.pass_limit = len(passes)
+    assert call_metrics(_chat_record([100.5, 105.5], full, stamp_passes=1)).stamp_error_max_ms
+    m = call_metrics(_chat_record([100.5, 120.5], full, stamp_passes=1))
+    assert m.stamp_error_max_ms is None and not m.flagged
+
+
 def test_a_real_loops_passes_are_timed_while_calls_are_in_flight_and_not_after() -> None:
     async def main() -> tuple[WireRecord, bool, bool]:
         loop = asyncio.get_running_loop()

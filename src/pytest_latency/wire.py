@@ -56,6 +56,12 @@ AWAY_NS = 1_000_000
 EVENT_LIMIT = 262_144
 
 
+# The most loop passes one lag log keeps (24 B each: 48 MB). A monitoring run lasts while calls
+# are in flight on the loop, so a soak test streaming without a pause for an hour at ~2,000
+# passes a second would pass it; past it, the later stamps have no bound (the ticks still run).
+PASS_LIMIT = 2_000_000
+
+
 class LoopLag:
     """How late an event loop woke up from short sleeps while captured calls were in flight.
 
@@ -69,6 +75,7 @@ class LoopLag:
         "earliest_ns",
         "lates_ns",
         "owns_ns",
+        "pass_limit",
         "paused_ns",
         "readies_ns",
         "tick_ns",
@@ -99,6 +106,8 @@ class LoopLag:
         # And how much of that (a waiting select's) the loop's thread, woken by the arrival,
         # then waited for a CPU: the machine's part of a late stamp, not the client's.
         self.woken_ns: array[int] = array("q")
+        # The most passes one log keeps (`PASS_LIMIT`); past it, no stamp has a bound.
+        self.pass_limit = PASS_LIMIT
 
     def add(
         self, woke_ns: int, late_ns: int, own_ns: int | None = None, paused_ns: int = 0

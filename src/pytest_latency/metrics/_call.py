@@ -581,8 +581,11 @@ def _stamp_error_max_ms(
     nor before the request was sent: so late by at most t - that. The ttft is off by at most
     its stamp's upper bound (the hand-off is stamped before the loop sends), a gap by at most
     the larger stamp's upper bound less the other's lower one. None when the passes do not
-    cover the stamps (a loop whose selector could not be timed, or a log begun later)."""
+    cover the stamps (a loop whose selector could not be timed, a log begun later, or one that
+    stopped keeping passes at its limit)."""
     readies, earliest, woken = log.readies_ns, log.earliest_ns, log.woken_ns
+    if len(readies) >= log.pass_limit and stamps and stamps[-1] > readies[-1]:
+        return None  # the log stopped keeping passes before these stamps
     worst = own = 0
     previous: tuple[int, int, int] | None = None  # (lo, hi, woken) of the stamp before
     hops = record.stamp_passes
