@@ -246,6 +246,22 @@ def test_late_stamps_are_put_down_to_the_collector_or_the_machine_when_the_ticks
     assert any(n.startswith("cpu_starved: a stamp may be up to 10 ms late") for n in m.notes)
 
 
+def test_what_aiohttps_reader_held_with_the_head_is_bounded_one_pass_later() -> None:
+    """aiohttp's reader is stamped in the callback that read the socket, but what it held
+    already when the head returned is stamped in the request's task, a pass later: a chunk
+    that came with the head, read in the pass selected at 4 ms and stamped at 8.45 ms, may be
+    8.45 ms late, not 4.45 (the bound of a stamp in its reading pass)."""
+    passes = [(float(t), t - 4.0) for t in range(0, 40, 4)]
+    log = _passes(LoopLag(LAG_TICK_NS), *passes)
+    chunks = [(8.45, chat_chunk({"role": "assistant", "content": "t0 "}))]
+    chunks += [(12.5, chat_chunk({"content": "t1 "})), (16.5, chat_usage() + DONE)]
+    record = make_record("http://h/v1/chat/completions", chunks, headers_ms=8.4, loop_lag=log)
+    record.stamp_passes = 0
+    m = call_metrics(record)
+    assert m.stamp_error_max_ms == pytest.approx(8.45)
+    assert m.flagged == ("client_saturated",)
+
+
 def test_an_idle_loops_wait_is_not_counted_against_its_stamps() -> None:
     """A select that waited (the loop had nothing to run) ends at the first arrival: the wait
     is not lateness. An idle loop between 20 ms tokens: passes whose earliest is their own

@@ -33,6 +33,7 @@ import contextvars
 import enum
 import os
 import queue
+import selectors
 import threading
 import time
 import weakref
@@ -584,28 +585,33 @@ def _time_passes(loop: asyncio.AbstractEventLoop, log: LoopLag) -> Callable[[], 
     None where the loop has no selector to time (uvloop, a proactor loop): the ticks alone
     then bound the stamps."""
     selector = getattr(loop, "_selector", None)  # asyncio.BaseSelectorEventLoop's own
-    select = getattr(selector, "select", None)
-    if selector is None or not callable(select) or "select" in getattr(selector, "__dict__", ()):
+    # A proactor loop keeps its IocpProactor there, whose select is not a readiness poll.
+    if not isinstance(selector, selectors.BaseSelector):
         return None
+    if "select" in getattr(selector, "__dict__", ()):
+        return None
+    select = selector.select
     readies, earliest, clock = log.readies_ns.append, log.earliest_ns.append, time.perf_counter_ns
     wokens = log.woken_ns.append
     last = [clock()]
     waited = RunQueueWait.open()  # the loop's thread: this runs on it
 
     passes = log.readies_ns
+    Ready = list[tuple[selectors.SelectorKey, int]]
 
-    def timed(timeout: float | None = None) -> list[object]:
+    def timed(timeout: float | None = None) -> Ready:
         if len(passes) >= log.pass_limit:
-            return select(timeout)  # type: ignore[no-any-return]
+            return select(timeout)
         polled = clock()
         before = waited.raw() if timeout != 0 else b""
-        ready: list[object] = select(timeout)
+        ready: Ready = select(timeout)
         now = clock()
         # A wait (the loop had nothing to run) ends at the first arrival: what it returns
         # arrived since, give or take building its list, and the loop's thread waiting for a
         # CPU once woken (a busy machine: 5-6 ms beside a simulator serving 150 streams on 2
-        # cores, invisible otherwise). A poll that did not wait returns what may have arrived
-        # any time after the last pass's select returned.
+        # cores, invisible otherwise). Not its wait for the GIL (docs/metrics.md). A poll that
+        # did not wait returns what may have arrived any time after the last pass polled (not
+        # after its select returned: its return may have waited for the GIL).
         margin = PASS_SLACK_NS + PASS_EVENT_NS * len(ready)
         if timeout != 0 and now - polled > margin:
             start, end = waited.parse(before), waited.read() if before else None
@@ -616,11 +622,11 @@ def _time_passes(loop: asyncio.AbstractEventLoop, log: LoopLag) -> Callable[[], 
             earliest(last[0])
             wokens(0)
         readies(now)
-        last[0] = now
+        last[0] = polled
         return ready
 
     try:
-        selector.select = timed
+        selector.select = timed  # type: ignore[method-assign]  # on the instance, undone below
     except AttributeError:  # a selector with __slots__
         waited.close()
         return None

@@ -454,7 +454,9 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
             f"cpu_starved: the event loop woke up to {lag_ms:.0f} ms late while this process "
             f"waited for a CPU (its own work explains {own_lag_ms:.0f} ms): a busy machine"
         )
-    # Late stamps with neither the machine nor the collector to blame: the loop's own work.
+    # Late stamps with neither the machine nor the collector to blame: the loop's own work. The
+    # ticks' evidence of a wait for a CPU wins over the passes': a busy pass the process spent
+    # preempted looks like its own work to the passes (only a waiting select's wake-up is read).
     saturated = lagged or (late_stamps and not loop_starved and not loop_paused)
     if saturated and not lagged:
         scan.note(
@@ -588,12 +590,19 @@ def _stamp_error_max_ms(
         return None  # the log stopped keeping passes before these stamps
     worst = own = 0
     previous: tuple[int, int, int] | None = None  # (lo, hi, woken) of the stamp before
-    hops = record.stamp_passes
+    # aiohttp's reader is stamped in the callback that read the socket, except what it held
+    # already when capture began timing it, with the head: stamped in the request's task, which
+    # that callback woke for the next pass.
+    head = -1 if record.t_headers_ns is None else bisect.bisect_right(readies, record.t_headers_ns)
     for t in stamps:
         j = bisect.bisect_right(readies, t) - 1
+        hops = max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes
         if j - hops < 0:
             return None
-        lo, hi, wait = t - readies[j], t - max(earliest[j - hops], t_start), woken[j - hops]
+        # A stamp in the callback that read the socket may hold bytes that arrived after the
+        # pass's select returned, just before its read: no lower bound but 0.
+        lo = t - readies[j - hops + 1] if hops else 0
+        hi, wait = t - max(earliest[j - hops], t_start), woken[j - hops]
         # Each bound rests on one stamp's upper bound, and so on that stamp's wait for a CPU.
         terms = [(hi, wait)] if previous is None else [(hi - previous[0], wait)]
         if previous is not None:
