@@ -222,7 +222,7 @@ def test_the_loops_passes_bound_each_stamp_and_flag_a_late_one() -> None:
 
 def test_late_stamps_are_put_down_to_the_collector_or_the_machine_when_the_ticks_say_so() -> None:
     """The passes say how late a stamp may be, the ticks whose doing it was: a 12 ms pass that a
-    collection filled is `gc_paused` (a young-generation pass stalled 150 aiohttp streams at once,
+    collection filled is `gc_paused` (one 40-45 ms collection stalled 150 aiohttp streams at once,
     each 20-45 ms late, with the loop's lag under SATURATED_LAG_MS), one the process spent
     waiting for a CPU `cpu_starved`; neither is the client's."""
     ms = 1_000_000

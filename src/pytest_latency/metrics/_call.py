@@ -420,7 +420,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     woken_late = late_stamps and stamp_own is not None and stamp_own <= STAMP_TARGET_MS
     lagged = own_lag_ms is not None and own_lag_ms > SATURATED_LAG_MS
     # A collection that held the loop past the target while stamps may be that late: the
-    # collector's doing (a 40 ms young-generation pass stalled 150 aiohttp streams at once, every
+    # collector's doing (one 40-45 ms collection stalled 150 aiohttp streams at once, every
     # one 20-40 ms late, with the loop's lag under SATURATED_LAG_MS; bench_ceiling, no freeze).
     loop_paused = not lagged and (
         (paused_lag_ms is not None and paused_lag_ms > SATURATED_LAG_MS)
