@@ -52,6 +52,8 @@ import httpx2
 from _common import P50_TARGET_MS, P99_TARGET_MS, ROOT, error_pct, load, spawn_sim, within_targets
 from remote_sim import paced, truth_log
 
+from pytest_latency.metrics import STAMP_TARGET_MS
+
 COMMAND = "python benchmarks/bench_ceiling.py"
 VARIANTS = (
     "aiohttp",
@@ -188,9 +190,9 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
     rng = random.Random(n)
     # What the plugin does when a test body starts (--latency-gc=freeze): later collections
     # scan only what is made after. Every variant alike, so that the ratios are capture's cost.
-    # Without it, capture's kept reads made a full collection come due mid-round: at 150
-    # streams one 40-45 ms pass stalled every aiohttp+capture stream at once (docs/performance.md
-    # §5b), and the bare clients, which keep less, never met one.
+    # Without it, capture's kept reads made a collection come due mid-round: at 150 streams
+    # one 40-45 ms collection stalled every aiohttp+capture stream at once
+    # (docs/performance.md §5b), and the bare clients, which keep less, never met one.
     gc.freeze()
     try:
         await one(Stream("warm"))  # a client's first async request is cold
@@ -449,7 +451,8 @@ def main() -> int:
     print(
         f"\nsignals against error, call by call ({len(pairs)} instrumented calls, {late_calls} "
         f"off by more than {P99_TARGET_MS:g} ms): a threshold T on the call's worst loop lag, or "
-        "on its stamp bound (stamp_error_max_ms, which flags over 5 ms), would flag"
+        f"on its stamp bound (stamp_error_max_ms, which flags over {STAMP_TARGET_MS:g} ms), would "
+        "flag"
     )
     for signal, threshold in [("loop lag", t) for t in LAG_THRESHOLDS_MS] + [
         ("stamp bound", t) for t in LAG_THRESHOLDS_MS[:3]
@@ -457,7 +460,8 @@ def main() -> int:
         print(f"  {signal:>11} > {threshold:>4g} ms: " + _agreement(pairs, signal, threshold))
     for variant in dict.fromkeys(r.variant for r in captured):
         seen = [p for r in captured if r.variant == variant for p in r.calls_seen]
-        print(f"  {variant:>18}, stamp bound > 5 ms: " + _agreement(seen, "stamp bound", 5.0))
+        verdict = _agreement(seen, "stamp bound", STAMP_TARGET_MS)
+        print(f"  {variant:>18}, stamp bound > {STAMP_TARGET_MS:g} ms: {verdict}")
     return 0
 
 

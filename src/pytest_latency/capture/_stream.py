@@ -536,10 +536,14 @@ class LagMonitor:
     def watch(self, record: WireRecord, loop: asyncio.AbstractEventLoop) -> None:
         if self.log is None:
             self.log = LoopLag(LAG_TICK_NS)
-            undo = _time_passes(loop, self.log)
+            # The loop's thread's run-queue wait, read by the ticks and around waiting selects:
+            # opened here, on that thread (`watch_loop` runs on the loop), closed by `_run`.
+            waited = RunQueueWait.open()
+            undo = _time_passes(loop, self.log, waited)
             # An empty context: the monitor outlives the test that started it and must not keep
             # that test's context variables (and what they reference) alive.
-            task = contextvars.Context().run(loop.create_task, self._run(self.log, undo))
+            run = self._run(self.log, waited, undo)
+            task = contextvars.Context().run(loop.create_task, run)
             # A loop run by hand and closed without cancelling its tasks leaves this one
             # pending; asyncio would log "Task was destroyed but it is pending!" when it is
             # collected. The task is the plugin's bookkeeping, not the user's work: say nothing.
@@ -547,9 +551,10 @@ class LagMonitor:
         record.loop_lag = self.log
         self.inflight.append(record)
 
-    async def _run(self, log: LoopLag, undo: Callable[[], None] | None) -> None:
+    async def _run(
+        self, log: LoopLag, waited: RunQueueWait, undo: Callable[[], None] | None
+    ) -> None:
         clock = time.perf_counter_ns
-        waited = RunQueueWait.open()
         tick_s = LAG_TICK_NS / 1e9
         ticks = 0
         try:
@@ -570,18 +575,21 @@ class LagMonitor:
                     if not self.inflight:
                         return
         finally:
-            waited.close()
             if undo is not None:
                 undo()
+            waited.close()
             # Cancelled at loop shutdown or stopped: the next call on this loop starts a new run.
             if self.log is log:
                 self.log = None
                 self.inflight = []
 
 
-def _time_passes(loop: asyncio.AbstractEventLoop, log: LoopLag) -> Callable[[], None] | None:
-    """Log each pass of `loop` (`LoopLag.readies_ns`, `earliest_ns`) by timing its selector's
-    `select`, on the instance only (another loop's selector is untouched); returns the undo.
+def _time_passes(
+    loop: asyncio.AbstractEventLoop, log: LoopLag, waited: RunQueueWait
+) -> Callable[[], None] | None:
+    """Log each pass of `loop` (`LoopLag.readies_ns`, `earliest_ns`, `woken_ns`: `waited` is
+    its thread's run queue) by timing its selector's `select`, on the instance only (another
+    loop's selector is untouched); returns the undo.
     None where the loop has no selector to time (uvloop, a proactor loop): the ticks alone
     then bound the stamps."""
     selector = getattr(loop, "_selector", None)  # asyncio.BaseSelectorEventLoop's own
@@ -594,7 +602,6 @@ def _time_passes(loop: asyncio.AbstractEventLoop, log: LoopLag) -> Callable[[], 
     readies, earliest, clock = log.readies_ns.append, log.earliest_ns.append, time.perf_counter_ns
     wokens = log.woken_ns.append
     last = [clock()]
-    waited = RunQueueWait.open()  # the loop's thread: this runs on it
 
     passes = log.readies_ns
     Ready = list[tuple[selectors.SelectorKey, int]]
@@ -628,13 +635,11 @@ def _time_passes(loop: asyncio.AbstractEventLoop, log: LoopLag) -> Callable[[], 
     try:
         selector.select = timed  # type: ignore[method-assign]  # on the instance, undone below
     except AttributeError:  # a selector with __slots__
-        waited.close()
         return None
 
     def undo() -> None:
         if vars(selector).get("select") is timed:
             del selector.select
-        waited.close()
 
     return undo
 

@@ -432,21 +432,21 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
             f"collection held the process {gc_ms:.0f} ms (its own work explains "
             f"{own_lag_ms:.0f} ms)"
         )
-    loop_starved = not lagged and not loop_paused and woken_late
-    if loop_starved:
+    # The machine held the stamps: by the passes (their late part was the woken thread's wait
+    # for a CPU), or by the ticks (a wake-up that much later than the loop's own work explains).
+    ticks_starved = (
+        lag_ms is not None
+        and paused_lag_ms is not None
+        and (paused_lag_ms <= SATURATED_LAG_MS < lag_ms or lag_ms - paused_lag_ms > STARVED_LAG_MS)
+    )
+    loop_starved = not lagged and not loop_paused and (woken_late or ticks_starved)
+    if loop_starved and woken_late:
         scan.note(
             f"cpu_starved: a stamp may be up to {stamp_error:.0f} ms late, all but "
             f"{stamp_own:.1f} ms of it the event loop's thread waiting for a CPU once data "
             "arrived: a busy machine"
         )
-    loop_starved = loop_starved or (
-        not lagged
-        and not loop_paused
-        and lag_ms is not None
-        and paused_lag_ms is not None
-        and (paused_lag_ms <= SATURATED_LAG_MS < lag_ms or lag_ms - paused_lag_ms > STARVED_LAG_MS)
-    )
-    if loop_starved and not woken_late:
+    elif loop_starved:
         # Late, but not from the loop's own work: the machine (or another thread holding the
         # GIL) kept the process off the CPU. The client did not saturate; its stamps still
         # carry the wait, so say it.
@@ -604,9 +604,10 @@ def _stamp_error_max_ms(
         lo = t - readies[j - hops + 1] if hops else 0
         hi, wait = t - max(earliest[j - hops], t_start), woken[j - hops]
         # Each bound rests on one stamp's upper bound, and so on that stamp's wait for a CPU.
-        terms = [(hi, wait)] if previous is None else [(hi - previous[0], wait)]
-        if previous is not None:
-            terms.append((previous[1] - lo, previous[2]))
+        if previous is None:
+            terms: tuple[tuple[int, int], ...] = ((hi, wait),)
+        else:
+            terms = ((hi - previous[0], wait), (previous[1] - lo, previous[2]))
         for bound, machine in terms:
             worst = max(worst, bound)
             own = max(own, bound - machine)

@@ -75,16 +75,20 @@ def choice_of(
     markers: Sequence[pytest.Mark],
     marker_names: Sequence[str],
     budget_file: BudgetFile | None,
+    rules: Sequence[BudgetRule] | None = None,
 ) -> Choice | None:
     """A test's `split` as the load keys are taken: the closest marker's, else the first
     `[[budget]]` rule's that selects the test and gives it, else `[defaults]`'s (for a test a
     marker or a rule budgets, as `[defaults]` applies). None when nothing gives it. The rules
     are matched against `split_id`: the test is split when it is collected, before pytest
-    gives it its parameters (`markers`: the `latency` ones, closest first)."""
+    gives it its parameters (`markers`: the `latency` ones, closest first; `rules`: those
+    rules, where the caller matched them already)."""
     choice = _marker_choice(markers)
     if choice is not None or budget_file is None or not budget_file.splits:
         return choice
-    return _file_choice(markers, _rules(item, level, marker_names, budget_file), budget_file)
+    if rules is None:
+        rules = _rules(item, level, marker_names, budget_file)
+    return _file_choice(markers, rules, budget_file)
 
 
 def _marker_choice(markers: Sequence[pytest.Mark]) -> Choice | None:
@@ -159,10 +163,10 @@ def _count(
     concurrency, whichever is fewest; 1 when it is not split or has no load shape (one sample
     at a time: nothing runs at once to split). Values are taken as the plan takes them (a bad
     one is the plan's error, named there)."""
-    choice = choice_of(item, level, markers, marker_names, budget_file)
+    rules = _rules(item, level, marker_names, budget_file) if budget_file is not None else ()
+    choice = choice_of(item, level, markers, marker_names, budget_file, rules)
     if choice is None or choice.value is not True:
         return 1
-    rules = _rules(item, level, marker_names, budget_file) if budget_file is not None else ()
     # Neither key: one sample at a time, nothing runs at once to split.
     concurrency, rate = (_given(k, level, markers, rules, budget_file) for k in _SHAPE_KEYS)
     if concurrency is None and rate is None:
