@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import gc
 import json
 import logging
+import selectors
+import socket
 import time
 import weakref
+from array import array
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
@@ -218,6 +224,190 @@ def test_the_loops_passes_bound_each_stamp_and_flag_a_late_one() -> None:
     assert m.flagged == ("client_saturated",)
     assert m.loop_lag_max_ms is None and m.stamps_late_ms == pytest.approx(13.0)
     assert any(n.startswith("client_saturated: a stamp may be up to 13 ms late") for n in m.notes)
+
+
+def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
+    """Where the kernel said when the data read in a pass arrived, and that pass read one chunk
+    of the call, the stamp is late by exactly t - that arrival: data that came just before a
+    long pass's poll is not counted the whole pass late. With a second chunk read in that pass
+    the kernel may have merged both under the newer's time stamp: the passes' bound holds."""
+    ms = 1_000_000
+    passes = [(float(t), t - 1.0) for t in range(90, 109)] + [(120.0, 108.0), (121.0, 120.0)]
+    passes += [(float(t), t - 1.0) for t in range(122, 150)]
+
+    def record(arrived_ms: float, *, second: bool = False) -> WireRecord:
+        stamps = [100.5, 121.5, 121.6, 140.5] if second else [100.5, 121.5, 140.5]
+        r = _chat_record(stamps, _passes(LoopLag(LAG_TICK_NS), *passes), stamp_passes=1)
+        # The stamp at 121.5, in the pass selected at 121, read its data in the pass before
+        # (index 19: selected at 120 after 12 ms of the loop's own work, earliest 108).
+        r.arrival_passes.append(19)
+        r.arrivals_ns.append(T0 + int(arrived_ms * ms))
+        return r
+
+    # Arrived 0.2 ms before the long pass's poll: 1.7 ms late, the gap from 100.5 (0.5-2.5
+    # late) off by 1.2 at most; the first stamp's 2.5 is the worst.
+    m = call_metrics(record(119.8))
+    assert m.stamp_error_max_ms == pytest.approx(2.5)
+    assert not m.flagged
+    # Arrived as the long pass began: 12.5 ms late, exactly; the gap from 100.5 off by 12.
+    m = call_metrics(record(109.0))
+    assert m.stamp_error_max_ms == pytest.approx(12.0)
+    assert m.flagged == ("client_saturated",)
+    # Two chunks read in that pass: the kernel's one time stamp is not trusted (13 ms, as
+    # without it).
+    m = call_metrics(record(119.8, second=True))
+    assert m.stamp_error_max_ms == pytest.approx(13.1)
+    assert m.flagged == ("client_saturated",)
+    # A compressed body's events cannot be counted: the same.
+    r = record(119.8)
+    r.content_encoding = "gzip"
+    assert call_metrics(replace(r, reads=r.reads)).stamp_error_max_ms != pytest.approx(2.5)
+
+
+def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_reading_it() -> None:
+    """`watch_socket` turns on the kernel's receive time stamps; a long pass's peek reads the
+    time stamp of the data queued, without taking it, and notes it on the attempt in flight on
+    that socket: on neither of two (HTTP/2, whose data it is the kernel cannot say), and not on
+    one that has ended."""
+
+    async def main() -> None:
+        server = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        client.setblocking(False)
+        first, second = _record(time.perf_counter_ns()), _record(time.perf_counter_ns())
+        for r in (first, second):
+            _stream.watch_loop(r, time.perf_counter_ns)
+        monitor = _stream.MONITORS[asyncio.get_running_loop()]
+        ready = [(SimpleNamespace(fd=client.fileno()), selectors.EVENT_READ)]
+        try:
+            _stream.watch_socket(first, client)
+            # The kernel turns its receive time stamps on for the first socket that asks in
+            # deferred work: until it has run, data arrives unstamped (and a peek notes none).
+            for _ in range(200):
+                peer.send(b".")
+                await asyncio.sleep(0.005)
+                _stream._peek(ready, monitor.sockets, 6)  # type: ignore[arg-type]
+                client.recv(100)
+                if first.arrivals_ns:
+                    break
+            assert list(first.arrival_passes)[-1:] == [6]
+            del first.arrival_passes[:], first.arrivals_ns[:]
+            sent = time.perf_counter_ns()
+            peer.send(b"data: x\n\n")
+            await asyncio.sleep(0.02)
+            _stream._peek(ready, monitor.sockets, 7)  # type: ignore[arg-type]
+            assert list(first.arrival_passes) == [7]
+            (arrived,) = first.arrivals_ns
+            assert sent <= arrived <= sent + 10_000_000, (arrived - sent) / 1e6
+            assert client.recv(100) == b"data: x\n\n"  # the peek took nothing
+            _stream.watch_socket(second, client)  # two attempts on the socket
+            peer.send(b"data: y\n\n")
+            await asyncio.sleep(0.01)
+            _stream._peek(ready, monitor.sockets, 8)  # type: ignore[arg-type]
+            assert list(first.arrival_passes) == [7] and not second.arrival_passes
+            first.t_eof_ns = time.perf_counter_ns()  # one has ended: the other's data
+            _stream._peek(ready, monitor.sockets, 9)  # type: ignore[arg-type]
+            assert list(second.arrival_passes) == [9]
+        finally:
+            second.t_eof_ns = time.perf_counter_ns()
+            for s in (client, peer, server):
+                s.close()
+        # Closed: a peek finds nothing and says nothing.
+        _stream._peek(ready, monitor.sockets, 10)  # type: ignore[arg-type]
+        assert list(second.arrival_passes) == [9]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("library", ["httpx2", "aiohttp"])
+def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library: str) -> None:
+    """The loop is held from 2 ms after each token (10 ms apart, from a simulator in a process
+    of its own) until 0.3 ms after the next arrives: each stamp is a fraction of a ms late, but
+    the passes alone say it may have waited the whole hold (over the target: flagged,
+    falsely). The kernel's arrival times, each that of the token the simulator sent, say how
+    late it really was."""
+    with remote_simulator(*paced(decode_ms_per_token=10.0, output_tokens=20)) as base:
+
+        async def main() -> list[WireRecord]:
+            records: list[WireRecord] = []
+            loop = asyncio.get_running_loop()
+            body = {
+                "model": "m",
+                "stream": True,
+                "messages": [{"role": "user", "content": "q"}],
+                "stream_options": {"include_usage": True},
+            }
+            url = f"{base}/v1/chat/completions"
+            first: list[float] = []
+
+            def hold(until: float) -> None:
+                time.sleep(max(until - time.perf_counter(), 0.0))
+
+            def holds(chunk: bytes) -> None:
+                """On the simulator's schedule (due times from the request's receipt, 10 ms
+                apart), from the first content token's arrival (the loop idle till then)."""
+                if not first and b'"content":"' in chunk and b'"role"' not in chunk:
+                    first.append(time.perf_counter())
+                    for i in range(15):  # the last tokens, usage and [DONE] on an idle loop
+                        at = first[0] + i * 0.010
+                        loop.call_at(loop.time() + at + 0.002 - first[0], hold, at + 0.0103)
+
+            if library == "httpx2":
+                client: Any = instrument(httpx2.AsyncClient(timeout=10), sink=records.append)
+                async with client.stream("POST", url, json=body) as r:
+                    async for chunk in r.aiter_bytes():
+                        holds(chunk)
+                await client.aclose()
+            else:
+                import aiohttp
+
+                session = instrument(aiohttp.ClientSession(), sink=records.append)
+                async with session.post(url, json=body) as r:
+                    async for chunk in r.content.iter_any():
+                        holds(chunk)
+                await session.close()
+            return records
+
+        (record,) = asyncio.run(main())
+        truth = truth_of(record, truth_log(base))
+    m = call_metrics(record)
+    errors = [abs(e) for e in itl_errors(m, truth)] + [abs(error_of(record, m, truth).ttft)]
+    passes_only = call_metrics(replace(record, arrival_passes=array("q"), arrivals_ns=array("q")))
+    assert passes_only.stamp_error_max_ms is not None and m.stamp_error_max_ms is not None
+    # The holds made the passes long: alone, they bound the stamps past the target.
+    assert passes_only.stamp_error_max_ms > STAMP_TARGET_MS, passes_only.stamp_error_max_ms
+    # Each arrival the kernel gave for a pass that read one content chunk is that token's:
+    # after the simulator was due to write it, before it noted the write done (0.2 ms either
+    # way for the two clocks' reads), not another's 10 ms away.
+    log = record.loop_lag
+    assert log is not None
+    content = [
+        i for i, (_, _, c) in enumerate(record.reads) if b'"content":"' in c and b'"role"' not in c
+    ]
+    sent = dict(zip(content, truth.content_events, strict=True))
+    read_in: dict[int, list[int]] = {}  # the reads whose data each pass read off the socket
+    for i, (_, arrived, _) in enumerate(record.reads):
+        p = bisect.bisect_right(log.readies_ns, arrived) - 1 - record.stamp_passes
+        read_in.setdefault(p, []).append(i)
+    checked = 0
+    for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True):
+        if len(read_in.get(p, ())) == 1 and read_in[p][0] in sent:
+            event = sent[read_in[p][0]]
+            assert event.t_due_ns - 200_000 <= arrived <= event.t_sent_ns + 200_000, p
+            checked += 1
+    assert checked >= 5, checked
+    # The bound is sound against what was sent (+2 ms: the simulator notes a send once written,
+    # and a busy machine may run that later) and, when each long pass that read a token read
+    # only that (the kernel's time stamp is then its own), tight: within 1.5 ms of the worst
+    # error, and no flag where that is under the target. (On a quiet machine: 0.6-0.7 ms, the
+    # passes alone 10.4 ms.)
+    assert m.stamp_error_max_ms >= max(errors) - 2, (m.stamp_error_max_ms, errors)
+    peeked = [read_in.get(p, []) for p in record.arrival_passes]
+    if all(len(reads) == 1 for reads in peeked if set(reads) & set(sent)):
+        assert m.stamp_error_max_ms <= max(errors) + 1.5, (m.stamp_error_max_ms, errors)
+        if max(errors) < STAMP_TARGET_MS - 1.5:
+            assert "client_saturated" not in m.flagged, (m.flagged, m.notes)
 
 
 def test_late_stamps_are_put_down_to_the_collector_or_the_machine_when_the_ticks_say_so() -> None:
@@ -813,10 +1003,11 @@ asyncio.run(main())
     late, own = results["blocked"]
     assert late > 50_000_000 and own > 0.8 * late, results
     # How late a starved wake-up is depends on the kernel's scheduler and its slices: 10 ms
-    # on CI's machine, tens of ms here. Half a monitor tick is well above a quiet loop's
-    # jitter; what the test holds is whose time it was.
+    # on CI's machine, tens of ms on session 13's, 3.9-20 ms on session 15's (Linux 6.18, whose
+    # slices are shorter). 2 ms is well above a quiet loop's jitter (0.1-0.3 ms); what the test
+    # holds is whose time it was.
     late, own = results["starved"]
-    assert late > _stream.LAG_TICK_NS // 2 and own < 0.5 * late, results
+    assert late > 2_000_000 and own < 0.5 * late, results
 
 
 def test_the_flagged_help_names_every_flag_the_policy_acts_on() -> None:

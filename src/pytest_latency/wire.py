@@ -167,6 +167,15 @@ class WireRecord:
     # fed there), 1 where it stamps in the consumer's task, which the callback wakes for the
     # next pass (httpx2/httpx over anyio or asyncio streams, the read-ahead task).
     stamp_passes: int = 1
+    # When the kernel says the data read in some of those passes arrived: (the pass's index in
+    # `loop_lag`, the arrival as a `perf_counter_ns` reading), one entry per pass that a long
+    # busy pass (`capture`'s PEEK_AFTER_NS) made worth asking about, for this attempt's socket
+    # alone (none while another attempt shares it: HTTP/2). The time stamp (SO_TIMESTAMPNS) is
+    # that of the oldest data queued, where the kernel merged what arrived since into it the
+    # newest's: `metrics` trusts it only for a pass that read one chunk. 16 B an entry, at most
+    # one a pass in which the attempt's socket was ready.
+    arrival_passes: array[int] = field(default_factory=lambda: array("q"))
+    arrivals_ns: array[int] = field(default_factory=lambda: array("q"))
     # How many characters of prompt and output text `metrics` may keep for this attempt (the
     # plugin's --latency-capture-text). 0, the default, keeps none: hashes and sizes only.
     text_limit: int = 0

@@ -276,7 +276,16 @@ class LatencyMiddleware:
             "" if self._decompressed else headers.get("Content-Encoding", ""),
         )
         _time_body(response.content, record, clock)
+        _stream.watch_socket(record, _socket_of(response))
         return response
+
+
+def _socket_of(response: Response) -> object:
+    """The socket the response is read from (its connection's transport's); None once the
+    connection is gone (a body read whole with the head)."""
+    transport = getattr(getattr(response, "connection", None), "transport", None)
+    get_extra_info = getattr(transport, "get_extra_info", None)
+    return None if get_extra_info is None else get_extra_info("socket")
 
 
 def is_middleware(obj: object) -> bool:

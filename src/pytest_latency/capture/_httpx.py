@@ -86,6 +86,8 @@ class _Response(Protocol):
     def headers(self) -> Headers: ...
     @property
     def content(self) -> bytes: ...  # only once read: see _note_response
+    @property
+    def extensions(self) -> MutableMapping[str, object]: ...
 
 
 class SyncResponse(_Response, Protocol):
@@ -139,6 +141,19 @@ def _note_response(record: WireRecord, response: _Response, clock: Clock) -> boo
         _stream.note_prefetched(record, response.content, clock)
         return True
     return False
+
+
+def _socket_of(response: AsyncResponse) -> object:
+    """The socket the response is read from, where the transport says (httpcore's
+    `network_stream` extension); None otherwise (a mock, another transport)."""
+    stream = response.extensions.get("network_stream")
+    get_extra_info = getattr(stream, "get_extra_info", None)
+    if get_extra_info is None:
+        return None
+    try:
+        return get_extra_info("socket")
+    except Exception:  # a stream of another make: the passes alone bound its stamps
+        return None
 
 
 # ---- the stream mixins: `_stream`'s bodies, closing the library's stream -------------------------
@@ -263,6 +278,7 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         finally:
             CAPTURING.reset(token)
         if not _note_response(record, response, clock):
+            _stream.watch_socket(record, _socket_of(response))
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)
         return response

@@ -34,6 +34,9 @@ import enum
 import os
 import queue
 import selectors
+import socket
+import struct
+import sys
 import threading
 import time
 import weakref
@@ -70,6 +73,19 @@ LAG_TICK_NS = 10_000_000
 # what it returned arrived within this of its return.
 PASS_SLACK_NS = 200_000
 PASS_EVENT_NS = 2_000
+# A pass whose data may have arrived over this long before its select returned (a busy loop's
+# previous pass, or a woken thread's wait for a CPU) asks the kernel when the data of each
+# captured socket it returned arrived: one peek, ~3 us a socket, only where the passes alone
+# would bound its stamps loosely.
+PEEK_AFTER_NS = 500_000
+# Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
+# architectures number it otherwise and are left alone): the kernel stamps each arrival on the
+# wall clock, and a peek with room for ancillary data reads the stamp of the oldest data queued.
+_TIMESTAMPNS = (
+    35 if sys.platform == "linux" and os.uname().machine in {"x86_64", "aarch64"} else None
+)
+_PEEK_FLAGS = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
+_STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 # Every this many ticks (50 ms) the monitor drops the calls that have ended; with none left, it
 # stops.
 LAG_SCAN_TICKS = 5
@@ -523,23 +539,36 @@ class AsyncReadAhead:
 # ---- the event-loop lag monitor ------------------------------------------------------------------
 
 
+class _Peer:
+    """A captured socket the passes may ask the kernel about, and the attempts read on it."""
+
+    __slots__ = ("records", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.records: list[WireRecord] = []
+
+
 class LagMonitor:
     """The lag monitor of one event loop (see the module docstring). It must not reference its
     loop: it is the value of a WeakKeyDictionary keyed by that loop."""
 
-    __slots__ = ("inflight", "log")
+    __slots__ = ("inflight", "log", "sockets")
 
     def __init__(self) -> None:
         self.inflight: list[WireRecord] = []
         self.log: LoopLag | None = None  # the current run's log; None while stopped
+        # The current run's captured sockets by descriptor (`watch_socket`).
+        self.sockets: dict[int, _Peer] = {}
 
     def watch(self, record: WireRecord, loop: asyncio.AbstractEventLoop) -> None:
         if self.log is None:
             self.log = LoopLag(LAG_TICK_NS)
+            self.sockets = {}
             # The loop's thread's run-queue wait, read by the ticks and around waiting selects:
             # opened here, on that thread (`watch_loop` runs on the loop), closed by `_run`.
             waited = RunQueueWait.open()
-            undo = _time_passes(loop, self.log, waited)
+            undo = _time_passes(loop, self.log, waited, self.sockets)
             # An empty context: the monitor outlives the test that started it and must not keep
             # that test's context variables (and what they reference) alive.
             run = self._run(self.log, waited, undo)
@@ -574,6 +603,7 @@ class LagMonitor:
                     self.inflight = [r for r in self.inflight if not finished(r)]
                     if not self.inflight:
                         return
+                    _prune(self.sockets)
         finally:
             if undo is not None:
                 undo()
@@ -582,14 +612,78 @@ class LagMonitor:
             if self.log is log:
                 self.log = None
                 self.inflight = []
+                self.sockets = {}
+
+
+def _prune(sockets: dict[int, _Peer]) -> None:
+    """Forget the sockets whose attempts have all ended."""
+    for fd, peer in list(sockets.items()):
+        peer.records = [r for r in peer.records if not finished(r)]
+        if not peer.records:
+            del sockets[fd]
+
+
+def _peek(
+    ready: list[tuple[selectors.SelectorKey, int]], sockets: dict[int, _Peer], index: int
+) -> None:
+    """Ask the kernel when the data queued on each captured socket in `ready` arrived, and note
+    it on the one attempt in flight there (`WireRecord.arrivals_ns`) as pass `index`'s."""
+    now, wall = time.perf_counter_ns(), time.time_ns()  # the kernel's stamps are wall-clock
+    for key, events in ready:
+        peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
+        if peer is None:
+            continue
+        try:
+            _, ancillary, _, _ = peer.sock.recvmsg(1, _STAMP_SPACE, _PEEK_FLAGS)
+        except OSError:  # closed since (the descriptor may be another socket's now), or drained
+            continue
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(data) >= 16:
+                seconds, nanoseconds = struct.unpack_from("qq", data)
+                live = [r for r in peer.records if not finished(r)]
+                peer.records = live
+                # Two attempts on one socket (HTTP/2): whose data this is, the kernel cannot say.
+                if len(live) == 1:
+                    live[0].arrival_passes.append(index)
+                    live[0].arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
+
+
+def watch_socket(record: WireRecord, sock: object) -> None:
+    """Have the passes of `record`'s loop ask the kernel when the data on `sock` (the
+    attempt's connection, once its head is in: a `socket.socket` or asyncio's wrapper of one)
+    arrived, where a long pass would bound its stamps loosely. Nothing where the loop's passes
+    are not timed or the platform has no receive time stamps."""
+    log = record.loop_lag
+    raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
+    if log is None or _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
+        return
+    try:
+        monitor = MONITORS.get(asyncio.get_running_loop())
+    except (RuntimeError, TypeError):
+        return
+    if monitor is None or monitor.log is not log:
+        return
+    try:
+        raw.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
+        fd = raw.fileno()
+    except OSError:
+        return
+    peer = monitor.sockets.get(fd)
+    if peer is None or peer.sock is not raw:
+        monitor.sockets[fd] = peer = _Peer(raw)
+    peer.records.append(record)
 
 
 def _time_passes(
-    loop: asyncio.AbstractEventLoop, log: LoopLag, waited: RunQueueWait
+    loop: asyncio.AbstractEventLoop,
+    log: LoopLag,
+    waited: RunQueueWait,
+    sockets: dict[int, _Peer],
 ) -> Callable[[], None] | None:
     """Log each pass of `loop` (`LoopLag.readies_ns`, `earliest_ns`, `woken_ns`: `waited` is
     its thread's run queue) by timing its selector's `select`, on the instance only (another
-    loop's selector is untouched); returns the undo.
+    loop's selector is untouched), and after a long one ask the kernel about the captured
+    `sockets` it returned (`_peek`); returns the undo.
     None where the loop has no selector to time (uvloop, a proactor loop): the ticks alone
     then bound the stamps."""
     selector = getattr(loop, "_selector", None)  # asyncio.BaseSelectorEventLoop's own
@@ -623,11 +717,13 @@ def _time_passes(
         if timeout != 0 and now - polled > margin:
             start, end = waited.parse(before), waited.read() if before else None
             woken = end - start if start is not None and end is not None else 0
-            earliest(now - margin - woken)
-            wokens(woken)
+            first = now - margin - woken
         else:
-            earliest(last[0])
-            wokens(0)
+            first, woken = last[0], 0
+        if sockets and ready and now - first > PEEK_AFTER_NS:
+            _peek(ready, sockets, len(passes))
+        earliest(first)
+        wokens(woken)
         readies(now)
         last[0] = polled
         return ready

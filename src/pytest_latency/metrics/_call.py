@@ -584,7 +584,12 @@ def _stamp_error_max_ms(
     its stamp's upper bound (the hand-off is stamped before the loop sends), a gap by at most
     the larger stamp's upper bound less the other's lower one. None when the passes do not
     cover the stamps (a loop whose selector could not be timed, a log begun later, or one that
-    stopped keeping passes at its limit)."""
+    stopped keeping passes at its limit).
+
+    Where the kernel said when the data read in that pass arrived (`WireRecord.arrivals_ns`)
+    and the pass read one chunk of the call, holding at most one event, the stamp is late by
+    exactly t - that arrival: one server write is one arrival, which the kernel stamps as it
+    came; with more than one chunk queued it may have merged them under the newest's stamp."""
     readies, earliest, woken = log.readies_ns, log.earliest_ns, log.woken_ns
     if len(readies) >= log.pass_limit and stamps and stamps[-1] > readies[-1]:
         return None  # the log stopped keeping passes before these stamps
@@ -594,15 +599,28 @@ def _stamp_error_max_ms(
     # already when capture began timing it, with the head: stamped in the request's task, which
     # that callback woke for the next pass.
     head = -1 if record.t_headers_ns is None else bisect.bisect_right(readies, record.t_headers_ns)
-    for t in stamps:
+
+    def read_pass(t: int) -> int:
+        """The pass whose callback read the data stamped at `t` off the socket (-1: before
+        the log)."""
         j = bisect.bisect_right(readies, t) - 1
-        hops = max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes
-        if j - hops < 0:
+        return j - (max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes)
+
+    arrivals = _kernel_arrivals(record, read_pass, readies)
+    for t in stamps:
+        p = read_pass(t)
+        if p < 0:
             return None
-        # A stamp in the callback that read the socket may hold bytes that arrived after the
-        # pass's select returned, just before its read: no lower bound but 0.
-        lo = t - readies[j - hops + 1] if hops else 0
-        hi, wait = t - max(earliest[j - hops], t_start), woken[j - hops]
+        arrived = arrivals.get(p)
+        if arrived is not None:
+            lo = hi = t - arrived
+        else:
+            # A stamp in the callback that read the socket may hold bytes that arrived after
+            # the pass's select returned, just before its read: no lower bound but 0.
+            j = bisect.bisect_right(readies, t) - 1
+            lo = t - readies[p + 1] if j > p else 0
+            hi = t - max(earliest[p], t_start)
+        wait = woken[p]
         # Each bound rests on one stamp's upper bound, and so on that stamp's wait for a CPU.
         if previous is None:
             terms: tuple[tuple[int, int], ...] = ((hi, wait),)
@@ -613,6 +631,29 @@ def _stamp_error_max_ms(
             own = max(own, bound - machine)
         previous = (lo, hi, wait)
     return worst / 1e6, own / 1e6
+
+
+def _kernel_arrivals(
+    record: WireRecord, read_pass: Callable[[int], int], readies: Sequence[int]
+) -> dict[int, int]:
+    """The kernel's arrival time of the data read in each pass (by `read_pass` of a read's
+    stamp) that read exactly one of the call's chunks, holding at most one SSE event: one
+    arrival, stamped as it came. Not for a compressed body, whose events cannot be counted,
+    nor a time stamp the pass contradicts (before the request, or after the pass's select
+    returned: the kernel's clock read some other way)."""
+    if not record.arrival_passes or record.content_encoding:
+        return {}
+    chunks: dict[int, bytes | None] = {}
+    for _, arrived, chunk in record.reads:
+        p = read_pass(arrived)
+        chunks[p] = chunk if p not in chunks else None  # a second chunk: not one arrival
+    return {
+        p: arrived
+        for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True)
+        if (one := chunks.get(p)) is not None
+        and one.count(b"\n\n") + one.count(b"\r\n\r\n") <= 1
+        and record.t_start_ns <= arrived <= readies[p]
+    }
 
 
 def _split_url(url: str) -> tuple[str, str]:
