@@ -32,6 +32,37 @@ def paced(*, decode_ms_per_token: float, output_tokens: int) -> tuple[str, ...]:
     )
 
 
+# A provider of 4 slots and a long line, each decode slowed by a quarter per other stream served;
+# 8 tokens 4 to a chunk, 3 ms a token. Closed loop at 16 clients: 12 wait, three services each.
+# The model check of issue #17 runs on it, directly (test_sim_limit) and through the marker
+# (test_plugin_load).
+FOUR_SLOTS = LatencyModel(
+    ttfb_ms=2.0,
+    prefill_us_per_token=0.0,
+    decode_ms_per_token=3.0,
+    tokens_per_chunk=4,
+    concurrency_slowdown=0.25,
+    output_tokens=8,
+    max_concurrency=4,
+    max_queue=64,
+)
+
+
+# The paced stream the accuracy checks of each client path share (test_capture_aiohttp,
+# test_frameworks, test_sim_gemini): 12 tokens 4 ms apart, one a chunk.
+PACED_DECODE_MS = 4.0
+PACED_TOKENS = 12
+
+
+@contextlib.contextmanager
+def paced_simulator() -> Iterator[str]:
+    """`remote_simulator` serving the shared paced stream; its base URL."""
+    with remote_simulator(
+        *paced(decode_ms_per_token=PACED_DECODE_MS, output_tokens=PACED_TOKENS)
+    ) as base:
+        yield base
+
+
 def flags_of(model: LatencyModel) -> tuple[str, ...]:
     """`sim` flags that serve `model`: the instant preset and each field where it differs."""
     instant = LatencyModel.preset("instant")

@@ -18,7 +18,14 @@ import aiohttp
 import httpx2
 import pytest
 from aiohttp import web
-from remote_sim import error_of, paced, remote_simulator, truth_log, truth_of
+from remote_sim import (
+    PACED_DECODE_MS,
+    PACED_TOKENS,
+    error_of,
+    paced_simulator,
+    truth_log,
+    truth_of,
+)
 
 from pytest_latency import capture
 from pytest_latency.capture import _aiohttp
@@ -31,8 +38,6 @@ CHAT = {
     "stream_options": {"include_usage": True},
     "messages": [{"role": "user", "content": "Count to twelve."}],
 }
-DECODE_MS = 4.0
-OUTPUT_TOKENS = 12
 # As tests/test_accuracy.py: bounds that hold on a busy 2-core machine and still catch a
 # consumer-paced stamp or a parse bias (tens of ms); benchmarks/ holds the strict targets.
 # 5 ms, not 2: beside two CPU hogs and a second pytest-xdist worker the chunked case's median
@@ -44,9 +49,7 @@ MAX_BOUND_MS = 20.0
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[str]:
-    with remote_simulator(
-        *paced(decode_ms_per_token=DECODE_MS, output_tokens=OUTPUT_TOKENS)
-    ) as base:
+    with paced_simulator() as base:
         yield base
 
 
@@ -81,7 +84,7 @@ def test_an_instrumented_session_measures_what_the_simulator_sent(sim: str, read
         truth = truth_of(record, truths)
         assert measured.error is None and record.complete, record.error_message
         assert record.read_ahead and record.content_encoding == ""
-        assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
+        assert measured.output_tokens == truth.output_tokens == PACED_TOKENS
         error = error_of(record, measured, truth)
         ttft_errors.append(error.ttft)
         tpot_errors.append(error.tpot)
@@ -111,7 +114,7 @@ def test_stamps_are_arrivals_even_when_the_consumer_dawdles(sim: str) -> None:
     measured = call_metrics(record)
     truth = truth_of(record, truth_log(sim))
     assert error_of(record, measured, truth).ttft <= MAX_BOUND_MS
-    assert measured.tpot is not None and measured.tpot / 1000 < DECODE_MS * 2
+    assert measured.tpot is not None and measured.tpot / 1000 < PACED_DECODE_MS * 2
     assert not measured.consumer_bound
 
 
@@ -182,7 +185,7 @@ def test_an_httpx_transport_on_aiohttp_is_recorded_once(sim: str) -> None:
         uninstall()
     (record,) = records
     assert not record.read_ahead  # the httpx wrapper's record, not the middleware's
-    assert call_metrics(record).output_tokens == OUTPUT_TOKENS
+    assert call_metrics(record).output_tokens == PACED_TOKENS
 
 
 # ---- what the simulator does not do -------------------------------------------------------------

@@ -18,6 +18,8 @@ from pytest_latency.metrics import call_metrics
 from pytest_latency.sim import LatencyModel, SimServer
 from pytest_latency.wire import WireRecord
 
+pytest_plugins = ["sim_fixtures"]
+
 # Noise-free and fast: every suite below finishes in well under a second.
 BASE = LatencyModel(
     ttfb_ms=0.2, prefill_us_per_token=0.5, decode_ms_per_token=0.1, output_tokens=16, seed=3
@@ -25,20 +27,6 @@ BASE = LatencyModel(
 # Stable filler: English-like and long enough to cache (≥ 1,024 tokens at 4 characters a token).
 FILLER = " ".join(f"rule {i}: answer briefly and cite the source." for i in range(120))
 Body = Callable[[int], None]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SimServer]:
-    with SimServer(BASE) as s:
-        yield s
-
-
-@pytest.fixture
-def sim(server: SimServer) -> SimServer:
-    server.set_model(BASE)
-    server.reset_cache()
-    server.clear_truth()
-    return server
 
 
 @pytest.fixture

@@ -24,7 +24,13 @@ import agents  # noqa: F401
 import langchain_openai  # noqa: F401
 import pytest
 from framework_scenarios import SCENARIOS, Scenario, modes, record_calls
-from remote_sim import error_of, paced, remote_simulator, truth_log, truth_of
+from remote_sim import (
+    PACED_TOKENS,
+    error_of,
+    paced_simulator,
+    truth_log,
+    truth_of,
+)
 
 from pytest_latency import capture
 from pytest_latency.metrics import call_metrics
@@ -45,8 +51,6 @@ pytestmark = [
 ]
 
 
-DECODE_MS = 4.0
-OUTPUT_TOKENS = 12
 CALLS = 6  # per scenario, the first a warmup
 # tests/test_accuracy.py's bounds: they hold on a busy 2-core machine and still catch a
 # consumer-paced stamp or a parse bias (tens of ms); benchmarks/ measures the strict targets.
@@ -68,9 +72,7 @@ def _collect_the_frameworks_garbage() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[str]:
-    with remote_simulator(
-        *paced(decode_ms_per_token=DECODE_MS, output_tokens=OUTPUT_TOKENS)
-    ) as base:
+    with paced_simulator() as base:
         yield base
 
 
@@ -94,7 +96,7 @@ def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRe
         measured = call_metrics(record)
         assert measured.api == scenario.api and measured.error is None, record.error_message
         truth = truth_of(record, truths)
-        assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
+        assert measured.output_tokens == truth.output_tokens == PACED_TOKENS
         assert measured.input_tokens == truth.input_tokens
         error = error_of(record, measured, truth)
         run.ttft_errors.append(error.ttft)
@@ -170,7 +172,7 @@ def test_litellm_s_raw_aiohttp_provider_is_captured_by_auto_capture(sim: str) ->
         measured = call_metrics(record)
         truth = truth_of(record, truths)
         assert measured.api == "openai.chat" and measured.stream is False and not measured.error
-        assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
+        assert measured.output_tokens == truth.output_tokens == PACED_TOKENS
         assert measured.input_tokens == truth.input_tokens
         assert measured.e2e is not None and truth.t_done_ns is not None
         done_ms = (truth.t_done_ns - record.t_start_ns) / 1e6

@@ -24,7 +24,6 @@ from pytest_latency import units
 from pytest_latency.budgets import BudgetError, parse_budget_file
 from pytest_latency.load import LOAD_KEYS, Load, LoadError, Schedule, load_of, read_value
 from pytest_latency.report._view import load_text
-from pytest_latency.sim import LatencyModel
 
 pytest_plugins = ["pytester"]
 
@@ -678,20 +677,6 @@ def test_every_metric_takes_a_level_filter_and_turn_still_no_call_filter() -> No
         parse_expectation("turn{concurrency=4, model=m}.p90 < 1s", source="t")
 
 
-# The provider of tests/test_sim_limit.py's model check: 4 slots, a long line, each decode slowed
-# by a quarter per other stream served; 8 tokens 4 to a chunk, 3 ms a token.
-LIMITED = LatencyModel.preset("instant").replace(
-    ttfb_ms=2.0,
-    prefill_us_per_token=0.0,
-    decode_ms_per_token=3.0,
-    tokens_per_chunk=4,
-    concurrency_slowdown=0.25,
-    output_tokens=8,
-    max_concurrency=4,
-    max_queue=64,
-)
-
-
 def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -703,7 +688,7 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     simulator starved of CPU beside two hogs sent its first tokens late: p95 59 ms at 4 against
     23 predicted; its log is the truth the plugin is held to, the model only where nothing
     starved). The simulator runs in its own process."""
-    from remote_sim import flags_of, remote_simulator, truth_log
+    from remote_sim import FOUR_SLOTS, flags_of, remote_simulator, truth_log
 
     from pytest_latency.sim import expected_under_load
 
@@ -723,7 +708,7 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
                 pass
         """
     )
-    with remote_simulator(*flags_of(LIMITED)) as base_url:
+    with remote_simulator(*flags_of(FOUR_SLOTS)) as base_url:
         # A process of its own: inside the whole suite's process (after ~1,500 other tests and
         # their inner runs) the level of 16 measured ttft p50 72 ms, p95 101 ms against 155,
         # no call flagged, as if its samples ran in waves; alone, and in this module, 150-164.
@@ -746,7 +731,7 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     for index, level in enumerate((1, 4, 16)):
         entry = tests[f"test_inner.py::test_users[concurrency={level}]"]
         block = entry["metrics"]["ttft"]
-        predicted = expected_under_load(LIMITED, level, prompt_tokens=7).ttft_ms
+        predicted = expected_under_load(FOUR_SLOTS, level, prompt_tokens=7).ttft_ms
         p95 = block["p95"] / 1000
         served = truths[index * 64 + 16 : (index + 1) * 64]
         sent = sorted((t.ttft_ns or 0) / 1e6 for t in served)

@@ -16,7 +16,13 @@ import httpx2
 import pytest
 from google import genai
 from google.genai import errors, types
-from remote_sim import error_of, paced, remote_simulator, truth_log, truth_of
+from remote_sim import (
+    PACED_TOKENS,
+    error_of,
+    paced_simulator,
+    truth_log,
+    truth_of,
+)
 
 from pytest_latency import capture
 from pytest_latency.metrics import TEXT, call_metrics
@@ -27,7 +33,7 @@ from pytest_latency.wire import WireRecord
 # pytest-asyncio warns in an inner run whose ini leaves its loop scope unset.
 INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "sim_fixtures"]
 # google-genai (3.6) subclasses aiohttp's ClientSession for its sessions, which aiohttp warns of.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Inheritance class AiohttpClientSession:DeprecationWarning"
@@ -56,20 +62,6 @@ WEATHER = types.Tool(
 LONG = "".join(
     f"Rule {i}: answer briefly, cite the source, keep latency low.\n" for i in range(300)
 )
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SimServer]:
-    with SimServer(BASE) as s:
-        yield s
-
-
-@pytest.fixture
-def sim(server: SimServer) -> SimServer:
-    server.set_model(BASE)
-    server.clear_truth()
-    server.reset_cache()
-    return server
 
 
 @pytest.fixture
@@ -248,8 +240,6 @@ def test_both_api_versions_are_served(sim: SimServer) -> None:
 
 # --- measured against the truth, on every HTTP path google-genai takes ---------------------------
 
-DECODE_MS = 4.0
-OUTPUT_TOKENS = 12
 CALLS = 12  # the first a warm-up: a cold connection and cold SDK types
 # Bounds that hold on a busy 2-core machine and still catch a consumer-paced stamp or a parse
 # bias (tens of ms); benchmarks/bench_accuracy.py holds the strict targets. The median is looser
@@ -263,9 +253,7 @@ MAX_BOUND_MS = 20.0
 
 @pytest.fixture(scope="module")
 def remote() -> Iterator[str]:
-    with remote_simulator(
-        *paced(decode_ms_per_token=DECODE_MS, output_tokens=OUTPUT_TOKENS)
-    ) as base:
+    with paced_simulator() as base:
         yield base
 
 
@@ -328,9 +316,9 @@ def test_google_genai_measures_what_the_simulator_sent(remote: str, path: str) -
             MODEL,
             True,
         )
-        assert measured.output_tokens == truth.output_tokens == OUTPUT_TOKENS
+        assert measured.output_tokens == truth.output_tokens == PACED_TOKENS
         assert measured.input_tokens == truth.input_tokens
-        assert measured.content_events == len(truth.content_events) == OUTPUT_TOKENS
+        assert measured.content_events == len(truth.content_events) == PACED_TOKENS
         error = error_of(record, measured, truth)
         ttft_errors.append(error.ttft)
         e2e_errors.append(error.e2e)
@@ -367,7 +355,7 @@ def test_auto_capture_records_google_genai_s_own_clients_once(remote: str) -> No
     assert len(records) == 3
     for record in records:
         measured = call_metrics(record)
-        assert measured.error is None and measured.output_tokens == OUTPUT_TOKENS
+        assert measured.error is None and measured.output_tokens == PACED_TOKENS
         assert measured.channels == (TEXT,)
 
 

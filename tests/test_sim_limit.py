@@ -19,7 +19,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
-from remote_sim import flags_of, remote_simulator, truth_log
+from remote_sim import FOUR_SLOTS, flags_of, remote_simulator, truth_log
 
 from pytest_latency import capture, stats
 from pytest_latency.metrics import call_metrics
@@ -292,19 +292,6 @@ def test_the_sdks_retry_a_full_line_after_retry_after(sim: SimServer, sdk: str) 
     assert retries[0] - first_reject >= 25e6
 
 
-# Closed loop against 4 slots: at 16 clients, 12 wait, three services each.
-LOADED = LatencyModel(
-    ttfb_ms=2.0,
-    prefill_us_per_token=0.0,
-    decode_ms_per_token=3.0,
-    tokens_per_chunk=4,
-    concurrency_slowdown=0.25,
-    output_tokens=8,
-    max_concurrency=4,
-    max_queue=64,
-)
-
-
 # Requests per client: 48 measured at each level after the first round, a burst that finds the
 # line empty (and fewer streams served), which is left out.
 def _rounds(clients: int) -> int:
@@ -363,7 +350,7 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
     client's hand-off (one clock: CLOCK_MONOTONIC), so neither the server's lateness nor the
     request's way in counts against the capture, only the delivery. Without the slowdown C = 4
     would measure 14 ms, without the wait in ttft C = 16 would measure 23: each far outside."""
-    with remote_simulator(*flags_of(LOADED)) as base_url:
+    with remote_simulator(*flags_of(FOUR_SLOTS)) as base_url:
         for clients in (1, 4, 16):
             httpx2.delete(f"{base_url}/_sim/truth").raise_for_status()
             calls, ids = asyncio.run(_closed_loop(base_url, clients))
@@ -374,7 +361,7 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
             steady = sorted(calls, key=lambda call: call[1].t_start_ns)[clients:]
             served = sorted(truths, key=lambda t: t.t_received_ns)[clients:]
             assert len(steady) == len(served) == 48
-            predicted = expected_under_load(LOADED, clients, prompt_tokens=7).ttft_ms
+            predicted = expected_under_load(FOUR_SLOTS, clients, prompt_tokens=7).ttft_ms
             # The server's ttft as it planned it (first content due): its process is as busy as
             # the client's, and its sends are late beside CPU hogs (17.9 ms sent against 14 ms
             # due at C = 1), which the client's figures include and the per-call truth removes.
@@ -384,7 +371,7 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
             # hogs and a second test worker: server p50 116 ms against 155 ms; session 11). Less
             # 15 % on top: a mean think time, a p50 line.
             think = _think_ms(truths, ids)
-            floor = (predicted - (think if clients > LOADED.max_concurrency else 0)) * 0.85 - 1
+            floor = (predicted - (think if clients > FOUR_SLOTS.max_concurrency else 0)) * 0.85 - 1
             # "Within the target, or flagged": a call whose stamps a starved client held back
             # says so (cpu_starved, client_saturated), and is held to nothing more.
             honest = [(rid, r) for rid, r in steady if not call_metrics(r).flagged]

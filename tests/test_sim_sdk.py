@@ -17,6 +17,8 @@ import pytest
 
 from pytest_latency.sim import LatencyModel, SimServer, TruthRecord
 
+pytest_plugins = ["sim_fixtures"]
+
 # Millisecond-scale, noise-free: fast tests whose timing we can still see in the truth log.
 BASE = LatencyModel(
     ttfb_ms=0.5, prefill_us_per_token=1.0, decode_ms_per_token=0.5, output_tokens=8, seed=7
@@ -40,20 +42,6 @@ OPENAI_TOOL: dict[str, Any] = {
         "parameters": ANTHROPIC_TOOL["input_schema"],
     },
 }
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SimServer]:
-    with SimServer(BASE) as s:
-        yield s
-
-
-@pytest.fixture
-def sim(server: SimServer) -> SimServer:
-    server.set_model(BASE)
-    server.clear_truth()
-    server.reset_cache()
-    return server
 
 
 @pytest.fixture

@@ -278,7 +278,9 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         finally:
             CAPTURING.reset(token)
         if not _note_response(record, response, clock):
-            _stream.watch_socket(record, _socket_of(response))
+            # anyio's socket streams stop reading after each receive until the next: what
+            # arrives meanwhile waits in the kernel, unseen by the loop's passes.
+            _stream.watch_socket(record, _socket_of(response), every_pass=True)
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)
         return response

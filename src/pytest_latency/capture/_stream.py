@@ -75,8 +75,9 @@ PASS_SLACK_NS = 200_000
 PASS_EVENT_NS = 2_000
 # A pass whose data may have arrived over this long before its select returned (a busy loop's
 # previous pass, or a woken thread's wait for a CPU) asks the kernel when the data of each
-# captured socket it returned arrived: one peek, ~3 us a socket, only where the passes alone
-# would bound its stamps loosely.
+# captured socket it returned arrived: one peek, ~2 us a socket, only where the passes alone
+# would bound its stamps loosely (and on every pass for a transport that stops reading between
+# reads, whose data the passes cannot see arrive: `watch_socket`).
 PEEK_AFTER_NS = 500_000
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
@@ -540,12 +541,15 @@ class AsyncReadAhead:
 
 
 class _Peer:
-    """A captured socket the passes may ask the kernel about, and the attempts read on it."""
+    """A captured socket the passes may ask the kernel about, and the attempts read on it;
+    `every_pass` where its transport stops reading between the consumer's reads (anyio's), so
+    that its data may wait in the kernel unseen by the passes however short they are."""
 
-    __slots__ = ("records", "sock")
+    __slots__ = ("every_pass", "records", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, every_pass: bool) -> None:
         self.sock = sock
+        self.every_pass = every_pass
         self.records: list[WireRecord] = []
 
 
@@ -624,15 +628,21 @@ def _prune(sockets: dict[int, _Peer]) -> None:
 
 
 def _peek(
-    ready: list[tuple[selectors.SelectorKey, int]], sockets: dict[int, _Peer], index: int
+    ready: list[tuple[selectors.SelectorKey, int]],
+    sockets: dict[int, _Peer],
+    index: int,
+    long: bool,
 ) -> None:
-    """Ask the kernel when the data queued on each captured socket in `ready` arrived, and note
-    it on the one attempt in flight there (`WireRecord.arrivals_ns`) as pass `index`'s."""
-    now, wall = time.perf_counter_ns(), time.time_ns()  # the kernel's stamps are wall-clock
+    """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
+    one after a `long` pass, else those peeked every pass), and note it on the one attempt in
+    flight there (`WireRecord.arrivals_ns`) as pass `index`'s."""
+    now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
-        if peer is None:
+        if peer is None or not (long or peer.every_pass):
             continue
+        if not wall:  # the kernel's stamps are wall-clock
+            now, wall = time.perf_counter_ns(), time.time_ns()
         try:
             _, ancillary, _, _ = peer.sock.recvmsg(1, _STAMP_SPACE, _PEEK_FLAGS)
         except OSError:  # closed since (the descriptor may be another socket's now), or drained
@@ -643,16 +653,18 @@ def _peek(
                 live = [r for r in peer.records if not finished(r)]
                 peer.records = live
                 # Two attempts on one socket (HTTP/2): whose data this is, the kernel cannot say.
-                if len(live) == 1:
+                # One past its keep limit keeps no more stamps to bound, so no more arrivals.
+                if len(live) == 1 and not live[0].capped:
                     live[0].arrival_passes.append(index)
                     live[0].arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
 
 
-def watch_socket(record: WireRecord, sock: object) -> None:
+def watch_socket(record: WireRecord, sock: object, *, every_pass: bool = False) -> None:
     """Have the passes of `record`'s loop ask the kernel when the data on `sock` (the
     attempt's connection, once its head is in: a `socket.socket` or asyncio's wrapper of one)
-    arrived, where a long pass would bound its stamps loosely. Nothing where the loop's passes
-    are not timed or the platform has no receive time stamps."""
+    arrived, where a long pass would bound its stamps loosely, or in `every_pass` that reads
+    it where its transport stops reading between reads (see `_Peer`). Nothing where the loop's
+    passes are not timed or the platform has no receive time stamps."""
     log = record.loop_lag
     raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
     if log is None or _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
@@ -670,7 +682,7 @@ def watch_socket(record: WireRecord, sock: object) -> None:
         return
     peer = monitor.sockets.get(fd)
     if peer is None or peer.sock is not raw:
-        monitor.sockets[fd] = peer = _Peer(raw)
+        monitor.sockets[fd] = peer = _Peer(raw, every_pass)
     peer.records.append(record)
 
 
@@ -720,8 +732,8 @@ def _time_passes(
             first = now - margin - woken
         else:
             first, woken = last[0], 0
-        if sockets and ready and now - first > PEEK_AFTER_NS:
-            _peek(ready, sockets, len(passes))
+        if sockets and ready:
+            _peek(ready, sockets, len(passes), now - first > PEEK_AFTER_NS)
         earliest(first)
         wokens(woken)
         readies(now)

@@ -606,7 +606,7 @@ def _stamp_error_max_ms(
         j = bisect.bisect_right(readies, t) - 1
         return j - (max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes)
 
-    arrivals = _kernel_arrivals(record, read_pass, readies)
+    arrivals, floors = _kernel_arrivals(record, read_pass, readies)
     for t in stamps:
         p = read_pass(t)
         if p < 0:
@@ -620,6 +620,13 @@ def _stamp_error_max_ms(
             j = bisect.bisect_right(readies, t) - 1
             lo = t - readies[p + 1] if j > p else 0
             hi = t - max(earliest[p], t_start)
+            # The pass's first chunk is at least as old as the kernel's one time stamp for
+            # what it read, which may be older than the pass's earliest: data that waited in
+            # the kernel while its transport did not read (anyio's, between the consumer's
+            # reads).
+            floor = floors.pop(p, None)
+            if floor is not None and floor[0] == t:
+                lo, hi = max(lo, t - floor[1]), max(hi, t - floor[1])
         wait = woken[p]
         # Each bound rests on one stamp's upper bound, and so on that stamp's wait for a CPU.
         if previous is None:
@@ -635,25 +642,32 @@ def _stamp_error_max_ms(
 
 def _kernel_arrivals(
     record: WireRecord, read_pass: Callable[[int], int], readies: Sequence[int]
-) -> dict[int, int]:
+) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
     """The kernel's arrival time of the data read in each pass (by `read_pass` of a read's
-    stamp) that read exactly one of the call's chunks, holding at most one SSE event: one
-    arrival, stamped as it came. Not for a compressed body, whose events cannot be counted,
-    nor a time stamp the pass contradicts (before the request, or after the pass's select
-    returned: the kernel's clock read some other way)."""
+    stamp) where the call's socket was peeked: for a pass that read exactly one of the call's
+    chunks, holding at most one SSE event, that chunk's own (one arrival, stamped as it came);
+    for one that read more, (the first chunk's stamp, the time stamp), which that chunk is at
+    least as old as (the kernel may have merged later arrivals under the newest's). Not for a
+    compressed body, whose events cannot be counted, nor a time stamp the pass contradicts
+    (before the request, or after the pass's select returned: the kernel's clock read some
+    other way)."""
     if not record.arrival_passes or record.content_encoding:
-        return {}
-    chunks: dict[int, bytes | None] = {}
+        return {}, {}
+    chunks: dict[int, tuple[int, bytes | None]] = {}  # (first stamp, the chunk if alone)
     for _, arrived, chunk in record.reads:
         p = read_pass(arrived)
-        chunks[p] = chunk if p not in chunks else None  # a second chunk: not one arrival
-    return {
-        p: arrived
-        for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True)
-        if (one := chunks.get(p)) is not None
-        and one.count(b"\n\n") + one.count(b"\r\n\r\n") <= 1
-        and record.t_start_ns <= arrived <= readies[p]
-    }
+        chunks[p] = (chunks[p][0], None) if p in chunks else (arrived, chunk)
+    exact: dict[int, int] = {}
+    floors: dict[int, tuple[int, int]] = {}
+    for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True):
+        if p not in chunks or not record.t_start_ns <= arrived <= readies[p]:
+            continue
+        first, one = chunks[p]
+        if one is not None and one.count(b"\n\n") + one.count(b"\r\n\r\n") <= 1:
+            exact[p] = arrived
+        else:
+            floors[p] = (first, arrived)
+    return exact, floors
 
 
 def _split_url(url: str) -> tuple[str, str]:
