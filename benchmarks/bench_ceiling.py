@@ -253,6 +253,8 @@ class Round:
     # than the p99 target somewhere (ttft or a gap) that no flag marks, and flagged calls that
     # were within it all along (a false alarm, the lesser fault).
     late_unflagged: int = 0
+    # Each of those as (its worst |error|, the product's bound, the passes-alone bound), ms.
+    misses: list[tuple[float, float | None, float | None]] = field(default_factory=list)
     flagged_fine: int = 0
     # Each measured call's worst |error| (ms) and worst event-loop lag (ms; None: no wake-up in
     # it), for the agreement table: which lag threshold would flag exactly the late calls.
@@ -317,6 +319,7 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
             r.flagged_fine += 1
         elif not flagged and worst > P99_TARGET_MS:
             r.late_unflagged += 1
+            r.misses.append((worst, bound_ms, pass_bound_ms))
     return r
 
 
@@ -458,7 +461,14 @@ def main() -> int:
     )
     for r in captured:
         if r.late_unflagged:
-            print(f"  {r.variant} -n {r.workers} at {r.n}: {r.late_unflagged} late unflagged")
+            how = ", ".join(
+                f"{worst:.2f} ms off, bound {bound if bound is None else f'{bound:.2f}'}, "
+                f"passes alone {passes if passes is None else f'{passes:.2f}'}"
+                for worst, bound, passes in r.misses
+            )
+            print(
+                f"  {r.variant} -n {r.workers} at {r.n}: {r.late_unflagged} late unflagged ({how})"
+            )
     pairs = [p for r in captured for p in r.calls_seen]
     late_calls = sum(p[0] > P99_TARGET_MS for p in pairs)
     print(

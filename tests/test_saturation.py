@@ -577,8 +577,8 @@ def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:
     """The promise call by call: an unflagged call's ttft and gaps are within the p99 target
     (5 ms) of the simulator's send times (a process of its own). Four streams at once through
     the async openai SDK, three rounds: on a quiet machine none is flagged; on a busy one some
-    may be, and each that is late must be. Held to the target plus 2 ms: the simulator stamps a
-    send just before it writes, and a busy machine may run its write later."""
+    may be, and each that is late must be. Held to the target plus 2 ms: the simulator notes a
+    send once its write has returned, and a busy machine may run that note later."""
     with remote_simulator(*paced(decode_ms_per_token=10.0, output_tokens=20)) as base:
 
         async def main() -> list[WireRecord]:
