@@ -273,7 +273,8 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
     """`watch_socket` turns on the kernel's receive time stamps; a long pass's peek reads the
     time stamp of the data queued, without taking it, and notes it on the attempt in flight on
     that socket: on neither of two (HTTP/2, whose data it is the kernel cannot say), not on
-    one that has ended, and not on one past its keep limit."""
+    one that has ended, not on one past its keep limit; and takes it back where the pass did
+    not read the socket after all (its reader cancelled)."""
 
     async def main() -> None:
         server = socket.create_server(("127.0.0.1", 0))
@@ -283,8 +284,11 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
         first, second = _record(time.perf_counter_ns()), _record(time.perf_counter_ns())
         for r in (first, second):
             _stream.watch_loop(r, time.perf_counter_ns)
-        monitor = _stream.MONITORS[asyncio.get_running_loop()]
-        ready = [(SimpleNamespace(fd=client.fileno()), selectors.EVENT_READ)]
+        loop = asyncio.get_running_loop()
+        monitor = _stream.MONITORS[loop]
+        reader = loop.call_soon(lambda: None)  # stands for the socket's reader handle
+        ready = [(SimpleNamespace(fd=client.fileno(), data=(reader, None)), selectors.EVENT_READ)]
+        noted: list[tuple[WireRecord, object, int]] = []
         try:
             _stream.watch_socket(first, client)
             # The kernel turns its receive time stamps on for the first socket that asks in
@@ -292,7 +296,7 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             for _ in range(200):
                 peer.send(b".")
                 await asyncio.sleep(0.005)
-                _stream._peek(ready, monitor.sockets, 6, True)  # type: ignore[arg-type]
+                _stream._peek(ready, monitor.sockets, 6, True, noted)  # type: ignore[arg-type]
                 client.recv(100)
                 if first.arrivals_ns:
                     break
@@ -302,32 +306,41 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             peer.send(b"data: x\n\n")
             await asyncio.sleep(0.02)
             # After a short pass, only a socket peeked every pass (an anyio transport's).
-            _stream._peek(ready, monitor.sockets, 7, False)  # type: ignore[arg-type]
+            _stream._peek(ready, monitor.sockets, 7, False, noted)  # type: ignore[arg-type]
             assert not first.arrival_passes
             monitor.sockets[client.fileno()].every_pass = True
-            _stream._peek(ready, monitor.sockets, 7, False)  # type: ignore[arg-type]
+            _stream._peek(ready, monitor.sockets, 7, False, noted)  # type: ignore[arg-type]
             assert list(first.arrival_passes) == [7]
+            _stream._unread(noted)  # the pass read it (its reader was not cancelled): kept
+            assert list(first.arrival_passes) == [7] and not noted
             (arrived,) = first.arrivals_ns
             assert sent <= arrived <= sent + 10_000_000, (arrived - sent) / 1e6
             assert client.recv(100) == b"data: x\n\n"  # the peek took nothing
             _stream.watch_socket(second, client)  # two attempts on the socket
             peer.send(b"data: y\n\n")
             await asyncio.sleep(0.01)
-            _stream._peek(ready, monitor.sockets, 8, True)  # type: ignore[arg-type]
+            _stream._peek(ready, monitor.sockets, 8, True, noted)  # type: ignore[arg-type]
             assert list(first.arrival_passes) == [7] and not second.arrival_passes
             first.t_eof_ns = time.perf_counter_ns()  # one has ended: the other's data
-            _stream._peek(ready, monitor.sockets, 9, True)  # type: ignore[arg-type]
+            _stream._peek(ready, monitor.sockets, 9, True, noted)  # type: ignore[arg-type]
             assert list(second.arrival_passes) == [9]
             second.dropped_reads = 1  # past its keep limit: no more stamps, no more arrivals
-            _stream._peek(ready, monitor.sockets, 10, True)  # type: ignore[arg-type]
+            _stream._peek(ready, monitor.sockets, 10, True, noted)  # type: ignore[arg-type]
             assert list(second.arrival_passes) == [9]
             second.dropped_reads = 0
+            # A reader cancelled before it ran (anyio stopped reading): the pass did not read
+            # what was peeked, and its arrival is taken back.
+            reader.cancel()
+            _stream._peek(ready, monitor.sockets, 11, True, noted)  # type: ignore[arg-type]
+            assert list(second.arrival_passes) == [9, 11]
+            _stream._unread(noted)
+            assert list(second.arrival_passes) == [9]
         finally:
             second.t_eof_ns = time.perf_counter_ns()
             for s in (client, peer, server):
                 s.close()
         # Closed: a peek finds nothing and says nothing.
-        _stream._peek(ready, monitor.sockets, 11, True)  # type: ignore[arg-type]
+        _stream._peek(ready, monitor.sockets, 12, True, noted)  # type: ignore[arg-type]
         assert list(second.arrival_passes) == [9]
 
     asyncio.run(main())

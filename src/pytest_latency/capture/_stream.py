@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 import weakref
+from array import array
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -632,10 +633,12 @@ def _peek(
     sockets: dict[int, _Peer],
     index: int,
     long: bool,
+    noted: list[tuple[WireRecord, object, int]],
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
     one after a `long` pass, else those peeked every pass), and note it on the one attempt in
-    flight there (`WireRecord.arrivals_ns`) as pass `index`'s."""
+    flight there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`, with the
+    reader's handle, for `_unread` to take back if the pass did not read it."""
     now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
@@ -657,6 +660,23 @@ def _peek(
                 if len(live) == 1 and not live[0].capped:
                     live[0].arrival_passes.append(index)
                     live[0].arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
+                    handles = getattr(key, "data", None)  # asyncio's (reader handle, writer's)
+                    reader = handles[0] if isinstance(handles, tuple) else None
+                    noted.append((live[0], reader, index))
+
+
+def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
+    """Take back the arrivals of the pass just run whose socket it did not read after all: its
+    reader was cancelled before it ran (anyio stops reading when its consumer, run earlier in
+    the pass, finds a chunk still buffered), so the data peeked waits for a later pass, and a
+    stamp mapped to this one is of older data. A reader cancelled after it ran (aiohttp pausing
+    in its own callback) loses its arrival too: the passes' bound then holds, as without one."""
+    for record, handle, index in noted:
+        cancelled = getattr(handle, "cancelled", None)
+        if (cancelled is None or cancelled()) and record.arrival_passes[-1:] == array("q", [index]):
+            record.arrival_passes.pop()
+            record.arrivals_ns.pop()
+    noted.clear()
 
 
 def watch_socket(record: WireRecord, sock: object, *, every_pass: bool = False) -> None:
@@ -711,8 +731,11 @@ def _time_passes(
 
     passes = log.readies_ns
     Ready = list[tuple[selectors.SelectorKey, int]]
+    noted: list[tuple[WireRecord, object, int]] = []  # the last pass's arrivals (`_peek`)
 
     def timed(timeout: float | None = None) -> Ready:
+        if noted:
+            _unread(noted)
         if len(passes) >= log.pass_limit:
             return select(timeout)
         polled = clock()
@@ -733,7 +756,7 @@ def _time_passes(
         else:
             first, woken = last[0], 0
         if sockets and ready:
-            _peek(ready, sockets, len(passes), now - first > PEEK_AFTER_NS)
+            _peek(ready, sockets, len(passes), now - first > PEEK_AFTER_NS, noted)
         earliest(first)
         wokens(woken)
         readies(now)

@@ -588,8 +588,9 @@ def _stamp_error_max_ms(
 
     Where the kernel said when the data read in that pass arrived (`WireRecord.arrivals_ns`)
     and the pass read one chunk of the call, holding at most one event, the stamp is late by
-    exactly t - that arrival: one server write is one arrival, which the kernel stamps as it
-    came; with more than one chunk queued it may have merged them under the newest's stamp."""
+    at most t - that arrival: one server write is one arrival, which the kernel stamps as it
+    came (its lower bound stays the pass's: bytes may come between the peek and the read);
+    with more than one chunk queued it may have merged them under the newest's stamp."""
     readies, earliest, woken = log.readies_ns, log.earliest_ns, log.woken_ns
     if len(readies) >= log.pass_limit and stamps and stamps[-1] > readies[-1]:
         return None  # the log stopped keeping passes before these stamps
@@ -611,14 +612,15 @@ def _stamp_error_max_ms(
         p = read_pass(t)
         if p < 0:
             return None
+        # A stamp in the callback that read the socket may hold bytes that arrived after the
+        # pass's select returned (and after the kernel was asked), just before its read: no
+        # lower bound but 0.
+        j = bisect.bisect_right(readies, t) - 1
+        lo = t - readies[p + 1] if j > p else 0
         arrived = arrivals.get(p)
         if arrived is not None:
-            lo = hi = t - arrived
+            hi = t - arrived
         else:
-            # A stamp in the callback that read the socket may hold bytes that arrived after
-            # the pass's select returned, just before its read: no lower bound but 0.
-            j = bisect.bisect_right(readies, t) - 1
-            lo = t - readies[p + 1] if j > p else 0
             hi = t - max(earliest[p], t_start)
             # The pass's first chunk is at least as old as the kernel's one time stamp for
             # what it read, which may be older than the pass's earliest: data that waited in
@@ -651,7 +653,8 @@ def _kernel_arrivals(
     compressed body, whose events cannot be counted, nor a time stamp the pass contradicts
     (before the request, or after the pass's select returned: the kernel's clock read some
     other way)."""
-    if not record.arrival_passes or record.content_encoding:
+    # A capped record's last kept read may be cut short: its events cannot be counted.
+    if not record.arrival_passes or record.content_encoding or record.capped:
         return {}, {}
     chunks: dict[int, tuple[int, bytes | None]] = {}  # (first stamp, the chunk if alone)
     for _, arrived, chunk in record.reads:
