@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import gc
+import itertools
 import json
 import logging
 import selectors
@@ -34,6 +35,7 @@ from pytest_latency.capture import _stream
 from pytest_latency.capture._stream import LAG_TICK_NS
 from pytest_latency.diagnose import CPU_STARVED, GC_PAUSED, diagnose_calls, title
 from pytest_latency.metrics import SATURATED_LAG_MS, STAMP_TARGET_MS, CallMetrics, call_metrics
+from pytest_latency.sim import TruthRecord
 from pytest_latency.verdicts import FLAGGED_EXPR, judge
 from pytest_latency.wire import LoopLag, WireRecord
 
@@ -423,12 +425,13 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
             assert event.t_due_ns - 200_000 <= arrived <= event.t_sent_ns + 200_000, p
             checked += 1
     assert checked >= 5, checked
-    # The bound is sound against what was sent (+2 ms: the simulator notes a send once written,
-    # and a busy machine may run that later) and, when each long pass that read a token read
-    # only that (the kernel's time stamp is then its own), tight: within 1.5 ms of the worst
-    # error, and no flag where that is under the target. (On a quiet machine: 0.6-0.7 ms, the
-    # passes alone 10.4 ms.)
-    assert m.stamp_error_max_ms >= max(errors) - 2, (m.stamp_error_max_ms, errors)
+    # The bound is sound against what was sent (the least error the simulator's due and noted
+    # send times allow: it notes a send once written, and a busy machine may run that later)
+    # and, when each long pass that read a token read only that (the kernel's time stamp is
+    # then its own), tight: within 1.5 ms of the worst error, and no flag where that is under
+    # the target. (On a quiet machine: 0.6-0.7 ms, the passes alone 10.4 ms.)
+    least = _least_error_ms(record, truth)
+    assert m.stamp_error_max_ms >= least - 0.2, (m.stamp_error_max_ms, least, errors)
     peeked = [read_in.get(p, []) for p in record.arrival_passes]
     if all(len(reads) == 1 for reads in peeked if set(reads) & set(sent)):
         assert m.stamp_error_max_ms <= max(errors) + 1.5, (m.stamp_error_max_ms, errors)
@@ -586,6 +589,27 @@ def test_a_loop_held_under_the_lag_threshold_flags_the_stamps_it_made_late(libra
     assert {"client_saturated", "cpu_starved"} & set(m.flagged), (m.flagged, m.notes)
 
 
+def _least_error_ms(record: WireRecord, truth: TruthRecord) -> float:
+    """The least the call's ttft or worst gap can be off against what the simulator sent.
+    Each content stamp's error lies between its stamp less the simulator's note of the write
+    (taken once the write returned: beside CPU hogs, up to ms later) and its stamp less the
+    write's due time; this takes the kindest send times inside those spans."""
+    stamps = [
+        arrived
+        for _, arrived, chunk in record.reads
+        if b'"content":"' in chunk and b'"role"' not in chunk
+    ]
+    spans = [
+        (t - e.t_sent_ns, t - min(e.t_due_ns, e.t_sent_ns))
+        for t, e in zip(stamps, truth.content_events, strict=True)
+    ]
+    spans = spans[:1] + [  # the ttft (the first stamp), then each gap
+        (lo - before_hi, hi - before_lo)
+        for (before_lo, before_hi), (lo, hi) in itertools.pairwise(spans)
+    ]
+    return max(max(lo, -hi, 0) for lo, hi in spans) / 1e6
+
+
 def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:
     """The promise call by call: an unflagged call's ttft and gaps are within the p99 target
     (5 ms) of the simulator's send times (a process of its own). Four streams at once through
@@ -627,10 +651,9 @@ def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:
         m = call_metrics(record)
         assert m.model is not None
         truth = by_model[m.model]
-        errors = [abs(e) for e in itl_errors(m, truth)]
-        errors.append(abs(error_of(record, m, truth).ttft))
-        if max(errors) > STAMP_TARGET_MS + 2 and not m.flagged:
-            late.append((max(errors), m.stamp_error_max_ms, m.loop_lag_max_ms))
+        worst = _least_error_ms(record, truth)
+        if worst > STAMP_TARGET_MS + 2 and not m.flagged:
+            late.append((worst, m.stamp_error_max_ms, m.loop_lag_max_ms))
         # A flag rests on a bound over the target, or on the lag monitor's own evidence.
         if m.client_saturated:
             assert m.stamps_late_ms is not None and m.stamps_late_ms > STAMP_TARGET_MS
