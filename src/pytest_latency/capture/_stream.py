@@ -40,7 +40,6 @@ import sys
 import threading
 import time
 import weakref
-from array import array
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -673,7 +672,8 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
     in its own callback) loses its arrival too: the passes' bound then holds, as without one."""
     for record, handle, index in noted:
         cancelled = getattr(handle, "cancelled", None)
-        if (cancelled is None or cancelled()) and record.arrival_passes[-1:] == array("q", [index]):
+        passes = record.arrival_passes
+        if (cancelled is None or cancelled()) and passes and passes[-1] == index:
             record.arrival_passes.pop()
             record.arrivals_ns.pop()
     noted.clear()
