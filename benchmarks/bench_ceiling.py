@@ -39,6 +39,7 @@ import asyncio
 import gc
 import inspect
 import json
+import math
 import os
 import random
 import subprocess
@@ -219,7 +220,13 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
             s.flagged = m.flagged
             s.lag_ms = m.loop_lag_max_ms
             s.bound_ms = m.stamp_error_max_ms
-            passes_only = replace(record, arrival_passes=array("q"), arrivals_ns=array("q"))
+            passes_only = replace(
+                record,
+                arrival_passes=array("q"),
+                arrivals_ns=array("q"),
+                arrival_events=array("i"),
+                arrival_ends=array("b"),
+            )
             s.pass_bound_ms = call_metrics(passes_only).stamp_error_max_ms
             if m.ttft is not None:
                 first = record.t_start_ns + round(m.ttft * 1000)
@@ -336,12 +343,54 @@ def show(r: Round) -> None:
     )
 
 
+def excess(rounds: list[Round]) -> float:
+    """How far a level's rounds, pooled, are from the targets: the largest of each error's p50
+    and p99 over its target (at most 1: honest); a failed call makes it infinite."""
+    if any(r.failed for r in rounds):
+        return math.inf
+    ratios = [
+        error_pct(errors, p) / target
+        for errors in ([e for r in rounds for e in r.ttft], [e for r in rounds for e in r.itl])
+        for p, target in ((50, P50_TARGET_MS), (99, P99_TARGET_MS))
+    ]
+    return max(ratios)
+
+
+def settled(levels: list[tuple[int, float, int]]) -> float:
+    """The streams at which a variant's error reaches the targets, from each level measured as
+    (streams, `excess`, rounds): the excesses made non-decreasing in the streams (pooling
+    adjacent levels that disagree, weighted by their rounds, in log space: the isotonic fit),
+    then the crossing of 1 interpolated between the two levels around it, log-log. A single
+    level's noise neither ends the ladder early nor lifts it, and the answer is not tied to the
+    levels' grid. 0 where the first level is over; the last level where none is."""
+    blocks: list[list[float]] = []  # [log excess, weight, levels] of each pooled block
+    for _, e, w in levels:
+        blocks.append([math.log(min(e, 1e6)), float(w), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (y1, w1, k1), (y2, w2, k2) = blocks[-2], blocks.pop()
+            blocks[-1] = [(y1 * w1 + y2 * w2) / (w1 + w2), w1 + w2, k1 + k2]
+    fitted = [y for y, _, k in blocks for _ in range(int(k))]
+    streams = [n for n, _, _ in levels]
+    for i, y in enumerate(fitted):
+        if y > 0:
+            if i == 0:
+                return 0.0
+            lo, hi = math.log(streams[i - 1]), math.log(streams[i])
+            return math.exp(lo + (hi - lo) * -fitted[i - 1] / (y - fitted[i - 1]))
+    return float(streams[-1]) if streams else 0.0
+
+
 def ladder(
     base: str, variants: list[str], workers: int, args: argparse.Namespace
-) -> dict[str, int]:
+) -> tuple[dict[str, int], dict[str, float]]:
     """Each variant up `--streams`, interleaved level by level (the variants' order shuffled at
-    each level), until it is not honest at a level; its ceiling is the level below."""
+    each level), until it is not honest at `--confirm` levels in a row. Its ceiling is the
+    level below the first it was not honest at; its settled ceiling, the fit over every level
+    it ran (`settled`)."""
     ceiling = dict.fromkeys(variants, 0)
+    failed = dict.fromkeys(variants, 0)  # levels in a row not honest
+    broken: set[str] = set()  # not honest at some level: the ceiling stays below it
+    measured: dict[str, list[tuple[int, float, int]]] = {v: [] for v in variants}
     climbing = list(variants)
     rng = random.Random(7)
     for n in args.streams:
@@ -354,13 +403,23 @@ def ladder(
             rounds.setdefault(variant, []).append(r)
             ROUNDS.append(r)
         for variant, done in rounds.items():
+            measured[variant].append((n, excess(done), len(done)))
             if honest_level(done):
-                ceiling[variant] = n
+                failed[variant] = 0
+                if variant not in broken:
+                    ceiling[variant] = n
             else:
-                climbing.remove(variant)
+                broken.add(variant)
+                failed[variant] += 1
+                if failed[variant] >= args.confirm:
+                    climbing.remove(variant)
         if not climbing:
             break
-    return ceiling
+    return ceiling, {v: settled(m) for v, m in measured.items()}
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
 
 
 ROUNDS: list[Round] = []
@@ -398,6 +457,9 @@ def main() -> int:
     ap.add_argument("--ramp-s", type=float, default=0.5, help="spread of the stream starts")
     ap.add_argument("--startup-s", type=float, default=4.0, help="time the workers get to start")
     ap.add_argument("--repeats", type=int, default=2, help="rounds per variant and level")
+    ap.add_argument(
+        "--confirm", type=int, default=2, help="levels in a row not honest that end a ladder"
+    )
     ap.add_argument("--quick", action="store_true", help="10 50 100 200, one round each")
     args = ap.parse_args()
     if args.quick:
@@ -419,28 +481,40 @@ def main() -> int:
     try:
         print("\n" + head)
         variants = list(dict.fromkeys([REFERENCE, *args.variants]))
-        ceiling = ladder(base, variants, 1, args)
-        by_workers: dict[int, int] = {}
+        ceiling, fit = ladder(base, variants, 1, args)
+        by_workers: dict[int, tuple[int, float]] = {}
         if args.workers:
             print("\n" + head)
             for w in args.workers:
-                by_workers[w] = ladder(base, [args.workers_variant], w, args)[args.workers_variant]
+                strict, fitted = ladder(base, [args.workers_variant], w, args)
+                by_workers[w] = strict[args.workers_variant], fitted[args.workers_variant]
     finally:
         proc.terminate()
         proc.wait()
     print(f"\nload average at the end: {load()}")
-    ref = ceiling[REFERENCE]
-    print(f"\nhonest ceiling per process (streams), and as a ratio to {REFERENCE}'s ({ref}):")
+    ref, ref_fit = ceiling[REFERENCE], fit[REFERENCE]
+    print(
+        f"\nhonest ceiling per process (streams): the level below the first not honest, and "
+        f"settled (the fit over every level run, interpolated); each as a ratio to "
+        f"{REFERENCE}'s ({ref}, {ref_fit:.0f}), and instrumented / uninstrumented:"
+    )
     for variant in variants:
-        ratio = ceiling[variant] / ref if ref else float("nan")
-        line = f"  {variant:>18}: {ceiling[variant]:>4}  {ratio:5.2f}"
-        if variant.endswith("+capture"):
-            bare = ceiling.get(variant.removesuffix("+capture"))
-            if bare:
-                line += f"   instrumented / uninstrumented {ceiling[variant] / bare:5.2f}"
+        line = (
+            f"  {variant:>18}: {ceiling[variant]:>4} {_ratio(ceiling[variant], ref):>5}   "
+            f"settled {fit[variant]:6.1f} {_ratio(fit[variant], ref_fit):>5}"
+        )
+        bare = variant.removesuffix("+capture")
+        if bare != variant and bare in ceiling:
+            line += (
+                f"   instrumented / uninstrumented {_ratio(ceiling[variant], ceiling[bare]):>5}, "
+                f"settled {_ratio(fit[variant], fit[bare]):>5}"
+            )
         print(line)
-    for w, c in by_workers.items():
-        print(f"  {args.workers_variant} across -n {w} worker process(es): {c} streams in all")
+    for w, (c, f) in by_workers.items():
+        print(
+            f"  {args.workers_variant} across -n {w} worker process(es): {c} streams in all, "
+            f"settled {f:.1f}"
+        )
     captured = [r for r in ROUNDS if r.variant.endswith("+capture")]
     missed = [r for r in captured if not r.honest() and not r.flagged]
     false = [r for r in captured if r.honest() and r.flagged]

@@ -229,11 +229,10 @@ def test_the_loops_passes_bound_each_stamp_and_flag_a_late_one() -> None:
 
 
 def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
-    """Where the kernel said when the data read in a pass arrived, and that pass read one chunk
-    of the call, the stamp is late by exactly t - that arrival: data that came just before a
-    long pass's poll is not counted the whole pass late. With a second chunk read in that pass
-    the kernel may have merged both under the newer's time stamp: the passes' bound holds."""
-    ms = 1_000_000
+    """Where the kernel said when the data read in a pass arrived, the queue then held one whole
+    event and the pass read that alone, the stamp is late by exactly t - that arrival: data
+    that came just before a long pass's poll is not counted the whole pass late. A second
+    chunk read in that pass came after the peek: for it, the passes' bound holds."""
     passes = [(float(t), t - 1.0) for t in range(90, 109)] + [(120.0, 108.0), (121.0, 120.0)]
     passes += [(float(t), t - 1.0) for t in range(122, 150)]
 
@@ -241,9 +240,9 @@ def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
         stamps = [100.5, 121.5, 121.6, 140.5] if second else [100.5, 121.5, 140.5]
         r = _chat_record(stamps, _passes(LoopLag(LAG_TICK_NS), *passes), stamp_passes=1)
         # The stamp at 121.5, in the pass selected at 121, read its data in the pass before
-        # (index 19: selected at 120 after 12 ms of the loop's own work, earliest 108).
-        r.arrival_passes.append(19)
-        r.arrivals_ns.append(T0 + int(arrived_ms * ms))
+        # (index 19: selected at 120 after 12 ms of the loop's own work, earliest 108); the
+        # queue then held one whole event, ending with it.
+        _arrived(r, 19, arrived_ms)
         return r
 
     # Arrived 0.2 ms before the long pass's poll: 1.7 ms late, the gap from 100.5 (0.5-2.5
@@ -255,20 +254,94 @@ def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
     m = call_metrics(record(109.0))
     assert m.stamp_error_max_ms == pytest.approx(12.0)
     assert m.flagged == ("client_saturated",)
-    # Two chunks read in that pass: the kernel's one time stamp is not trusted (13 ms, as
-    # without it).
+    # Two chunks read in that pass, the second after the peek: the kernel's time stamp says
+    # nothing of the second (13.1 ms, as without it) ...
     m = call_metrics(record(119.8, second=True))
     assert m.stamp_error_max_ms == pytest.approx(13.1)
     assert m.flagged == ("client_saturated",)
-    # ... but the first of them is at least as old as it: where the data waited in the kernel
-    # while its transport did not read (anyio's, between reads), older than the pass's earliest
-    # (108), the bound is that old: 21.5 ms, the gap from 100.5 off by 21.
+    # ... but the first is at least as old as it: where the data waited in the kernel while its
+    # transport did not read (anyio's, between reads), older than the pass's earliest (108),
+    # the bound is that old: 21.5 ms, the gap from 100.5 off by 21.
     assert call_metrics(record(100.0, second=True)).stamp_error_max_ms == pytest.approx(21.0)
     assert call_metrics(record(100.0)).stamp_error_max_ms == pytest.approx(21.0)
     # A compressed body's events cannot be counted: the same.
     r = record(119.8)
     r.content_encoding = "gzip"
     assert call_metrics(replace(r, reads=r.reads)).stamp_error_max_ms != pytest.approx(2.5)
+
+
+def test_a_peeked_queue_is_read_for_whole_events_around_the_chunked_framing() -> None:
+    """What `_peek` makes of the bytes it copied: the events whole in them, and whether they
+    end at one's end, the HTTP/1.1 chunked framing's line ends neither making nor hiding one;
+    not known for a queue that filled the buffer or begins with a line end (it may end an event
+    whose first line end was read before)."""
+
+    def whole(data: bytes, size: int = 64) -> tuple[int, bool]:
+        buffer = bytearray(size)
+        buffer[: len(data)] = data
+        return _stream._whole_events(buffer, len(data))
+
+    event = b"data: {}\n\n"
+    assert whole(b"a\r\n" + event + b"\r\n") == (1, True)
+    assert whole(event) == (1, True)
+    assert whole(b"d\r\ndata: {}\r\n\r\n\r\n") == (1, True)  # CRLF events, framed
+    assert whole(b"a\r\n" + event + b"\r\n" + b"4\r\ndata") == (1, False)
+    assert whole(b"a\r\n" + event + b"\r\n0\r\n\r\n") == (2, True)  # the body's end
+    assert whole(b"4\r\ndata\r\n") == (0, False)
+    assert whole(b"\n") == (-1, False)
+    assert whole(b"") == (-1, False)
+    assert whole(event, size=len(event)) == (-1, False)  # filled the buffer
+
+
+def _arrived(
+    record: WireRecord, index: int, at_ms: float, whole: int = 1, ends: bool = True
+) -> None:
+    """The kernel's arrival time for the data read in pass `index`, at `at_ms` after T0, and
+    what the queue then held: `whole` events (-1: not known), ending at one's end or not."""
+    record.arrival_passes.append(index)
+    record.arrivals_ns.append(T0 + int(at_ms * 1_000_000))
+    record.arrival_events.append(whole)
+    record.arrival_ends.append(ends)
+
+
+def test_what_the_queue_held_says_how_much_of_the_kernels_time_to_trust() -> None:
+    """The peek copies the queue: its events, matched with those the pass read, say which
+    stamps the kernel's arrival time (the newest data's) bounds, and from which side. Here a
+    loop whose 1 ms passes read and stamp each chunk (as aiohttp's does); the kernel says the
+    middle three tokens waited 3, 6 and 3 ms before their passes: the lateness rose and fell
+    by 3 ms a gap, and no gap is off by more."""
+    passes = _passes(LoopLag(LAG_TICK_NS), *[(float(t), t - 1.0) for t in range(90, 200)])
+    stamps = [100.5, 121.5, 141.5, 161.5, 181.5]
+
+    def bound(whole: int, ends: bool = True, *, ages: tuple[float, ...] = (3, 6, 3)) -> float:
+        r = _chat_record(stamps, passes, stamp_passes=0)
+        for stamp, age in zip(stamps[1:], ages, strict=False):
+            _arrived(r, int(stamp) - 90, stamp - age, whole, ends)
+        m = call_metrics(r)
+        assert m.stamp_error_max_ms is not None
+        return m.stamp_error_max_ms
+
+    # One whole event queued, ending with it, and read alone: each of those stamps is late by
+    # exactly its age, from both sides: the gaps' bound is the rise, 3 ms, not flagged.
+    assert bound(1) == pytest.approx(3.0)
+    # Queued with the start of the next event after it (its stamp the newer's): late by at least
+    # the age. The same here, where the passes alone would say less (1.5 ms).
+    assert bound(1, ends=False) == pytest.approx(3.0)
+    # Queued with the body's end ("0\r\n\r\n" counted as an event): likewise.
+    assert bound(2) == pytest.approx(3.0)
+    # No event whole in the queue: each ended after the arrival, so is less late than its age;
+    # the passes' 1.5 ms stands.
+    assert bound(0) == pytest.approx(1.5)
+    # A queue whose bytes say nothing (TLS): the kernel's time bounds the stamp from above
+    # only (one chunk, one event): the 6 ms stamp against the 3 ms one's 0 lower bound.
+    assert bound(-1) == pytest.approx(6.0)
+    # Under the accuracy target, the same lateness by whole events is not flagged ...
+    r = _chat_record(stamps, passes, stamp_passes=0)
+    for stamp, age in zip(stamps[1:], (4.0, 8.0, 4.0), strict=False):
+        _arrived(r, int(stamp) - 90, stamp - age)
+    assert not call_metrics(r).flagged
+    # ... and a rise past it is: 4 then 10 ms late, the gap off by 6.
+    assert bound(1, ages=(4, 10, 4)) == pytest.approx(6.0)
 
 
 def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_reading_it() -> None:
@@ -291,6 +364,11 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
         reader = loop.call_soon(lambda: None)  # stands for the socket's reader handle
         ready = [(SimpleNamespace(fd=client.fileno(), data=(reader, None)), selectors.EVENT_READ)]
         noted: list[tuple[WireRecord, object, int]] = []
+        buffer = bytearray(_stream.PEEK_BYTES)
+
+        def peek(index: int, long: bool = True) -> None:
+            _stream._peek(ready, monitor.sockets, index, long, noted, buffer)  # type: ignore[arg-type]
+
         try:
             _stream.watch_socket(first, client)
             # The kernel turns its receive time stamps on for the first socket that asks in
@@ -298,42 +376,63 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             for _ in range(200):
                 peer.send(b".")
                 await asyncio.sleep(0.005)
-                _stream._peek(ready, monitor.sockets, 6, True, noted)  # type: ignore[arg-type]
+                peek(6)
                 client.recv(100)
                 if first.arrivals_ns:
                     break
             assert list(first.arrival_passes)[-1:] == [6]
-            del first.arrival_passes[:], first.arrivals_ns[:]
+            for kept in (first.arrival_passes, first.arrivals_ns):
+                del kept[:]
+            del first.arrival_events[:], first.arrival_ends[:]
             sent = time.perf_counter_ns()
             peer.send(b"data: x\n\n")
             await asyncio.sleep(0.02)
             # After a short pass, only a socket peeked every pass (an anyio transport's).
-            _stream._peek(ready, monitor.sockets, 7, False, noted)  # type: ignore[arg-type]
+            peek(7, long=False)
             assert not first.arrival_passes
             monitor.sockets[client.fileno()].every_pass = True
-            _stream._peek(ready, monitor.sockets, 7, False, noted)  # type: ignore[arg-type]
+            peek(7, long=False)
             assert list(first.arrival_passes) == [7]
             _stream._unread(noted)  # the pass read it (its reader was not cancelled): kept
             assert list(first.arrival_passes) == [7] and not noted
             (arrived,) = first.arrivals_ns
             assert sent <= arrived <= sent + 10_000_000, (arrived - sent) / 1e6
             assert client.recv(100) == b"data: x\n\n"  # the peek took nothing
+            # What the queue held: one event, ending with it.
+            assert (list(first.arrival_events), list(first.arrival_ends)) == ([1], [1])
+            # An event and, 5 ms later, the start of the next: the time stamp is the newer's
+            # (the queue's last data), one event whole, the queue not ending at one's end.
+            peer.send(b"data: a\n\n")
+            await asyncio.sleep(0.005)
+            later = time.perf_counter_ns()
+            peer.send(b"data: b")
+            await asyncio.sleep(0.005)
+            peek(8)
+            assert list(first.arrival_events)[-1:] == [1] and list(first.arrival_ends)[-1:] == [0]
+            assert later <= first.arrivals_ns[-1] <= later + 5_000_000, (
+                first.arrivals_ns[-1] - later
+            ) / 1e6
+            _stream._unread(noted)
+            assert client.recv(100) == b"data: a\n\ndata: b"
+            for kept in (first.arrival_passes, first.arrivals_ns):
+                del kept[1:]
+            del first.arrival_events[1:], first.arrival_ends[1:]
             _stream.watch_socket(second, client)  # two attempts on the socket
             peer.send(b"data: y\n\n")
             await asyncio.sleep(0.01)
-            _stream._peek(ready, monitor.sockets, 8, True, noted)  # type: ignore[arg-type]
+            peek(8)
             assert list(first.arrival_passes) == [7] and not second.arrival_passes
             first.t_eof_ns = time.perf_counter_ns()  # one has ended: the other's data
-            _stream._peek(ready, monitor.sockets, 9, True, noted)  # type: ignore[arg-type]
+            peek(9)
             assert list(second.arrival_passes) == [9]
             second.dropped_reads = 1  # past its keep limit: no more stamps, no more arrivals
-            _stream._peek(ready, monitor.sockets, 10, True, noted)  # type: ignore[arg-type]
+            peek(10)
             assert list(second.arrival_passes) == [9]
             second.dropped_reads = 0
             # A reader cancelled before it ran (anyio stopped reading): the pass did not read
             # what was peeked, and its arrival is taken back.
             reader.cancel()
-            _stream._peek(ready, monitor.sockets, 11, True, noted)  # type: ignore[arg-type]
+            peek(11)
             assert list(second.arrival_passes) == [9, 11]
             _stream._unread(noted)
             assert list(second.arrival_passes) == [9]
@@ -342,7 +441,7 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             for s in (client, peer, server):
                 s.close()
         # Closed: a peek finds nothing and says nothing.
-        _stream._peek(ready, monitor.sockets, 12, True, noted)  # type: ignore[arg-type]
+        peek(12)
         assert list(second.arrival_passes) == [9]
 
     asyncio.run(main())
@@ -401,7 +500,15 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
         truth = truth_of(record, truth_log(base))
     m = call_metrics(record)
     errors = [abs(e) for e in itl_errors(m, truth)] + [abs(error_of(record, m, truth).ttft)]
-    passes_only = call_metrics(replace(record, arrival_passes=array("q"), arrivals_ns=array("q")))
+    passes_only = call_metrics(
+        replace(
+            record,
+            arrival_passes=array("q"),
+            arrivals_ns=array("q"),
+            arrival_events=array("i"),
+            arrival_ends=array("b"),
+        )
+    )
     assert passes_only.stamp_error_max_ms is not None and m.stamp_error_max_ms is not None
     # The holds made the passes long: alone, they bound the stamps past the target.
     assert passes_only.stamp_error_max_ms > STAMP_TARGET_MS, passes_only.stamp_error_max_ms

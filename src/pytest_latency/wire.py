@@ -169,14 +169,20 @@ class WireRecord:
     stamp_passes: int = 1
     # When the kernel says the data read in some of those passes arrived: (the pass's index in
     # `loop_lag`, the arrival as a `perf_counter_ns` reading), one entry per pass that a long
-    # busy pass (`capture`'s PEEK_AFTER_NS) made worth asking about, for this attempt's socket
-    # alone (none while another attempt shares it: HTTP/2). The time stamp (SO_TIMESTAMPNS) is
-    # that of the oldest data queued, where the kernel merged what arrived since into it the
-    # newest's: `metrics` trusts it only for a pass that read one chunk. 16 B an entry, at most
-    # one a pass in which the attempt's socket was ready, none once the record is capped: about
-    # one a kept read at most (6 MB at the keep limit's 394,758 reads).
+    # busy pass (`capture`'s PEEK_AFTER_NS) made worth asking about, or every pass for anyio's
+    # transports (they stop reading between reads), for this attempt's socket alone (none
+    # while another attempt shares it: HTTP/2). The peek copies the queue without taking it,
+    # and the time stamp (SO_TIMESTAMPNS) is that of the newest data it copied. With it, what
+    # the queue held: `arrival_events`, the SSE events whole in it (-1: not known, for a body
+    # the socket does not carry as sent, TLS or HTTP/2, or a queue past the peek's buffer),
+    # and `arrival_ends`, 1 where it ended at an event's end. `metrics` matches those with the
+    # events the pass read. 21 B an entry, at most one a pass in which the attempt's socket was
+    # ready, none once the record is capped: about one a kept read at most (8 MB at the keep
+    # limit's 394,758 reads).
     arrival_passes: array[int] = field(default_factory=lambda: array("q"))
     arrivals_ns: array[int] = field(default_factory=lambda: array("q"))
+    arrival_events: array[int] = field(default_factory=lambda: array("i"))
+    arrival_ends: array[int] = field(default_factory=lambda: array("b"))
     # How many characters of prompt and output text `metrics` may keep for this attempt (the
     # plugin's --latency-capture-text). 0, the default, keeps none: hashes and sizes only.
     text_limit: int = 0

@@ -280,7 +280,9 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         if not _note_response(record, response, clock):
             # anyio's socket streams stop reading after each receive until the next: what
             # arrives meanwhile waits in the kernel, unseen by the loop's passes.
-            _stream.watch_socket(record, _socket_of(response), every_pass=True)
+            version = response.extensions.get("http_version")  # httpcore's, b"HTTP/1.1"
+            http1 = isinstance(version, bytes) and version.startswith(b"HTTP/1")
+            _stream.watch_socket(record, _socket_of(response), every_pass=True, http1=http1)
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)
         return response

@@ -81,12 +81,19 @@ PASS_EVENT_NS = 2_000
 PEEK_AFTER_NS = 500_000
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
-# wall clock, and a peek with room for ancillary data reads the stamp of the oldest data queued.
+# wall clock, and a peek with room for ancillary data reads the stamp of the newest data it
+# copied (TCP merges a later arrival into the queue's last buffer under the newer stamp).
 _TIMESTAMPNS = (
     35 if sys.platform == "linux" and os.uname().machine in {"x86_64", "aarch64"} else None
 )
 _PEEK_FLAGS = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 _STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+# A peek copies up to this much of the queue (one buffer a monitored loop): then its time stamp
+# is the newest data's, and its bytes say how many events were whole by then. anyio reads 64 KiB
+# at most, asyncio 256 KiB; a queue past this is rare (a stalled consumer) and says nothing.
+# Copying a stream's usual queue, one or two events of a few hundred bytes, costs no more than a
+# one-byte peek (2.2 us either way, measured here).
+PEEK_BYTES = 65_536
 # Every this many ticks (50 ms) the monitor drops the calls that have ended; with none left, it
 # stops.
 LAG_SCAN_TICKS = 5
@@ -543,13 +550,16 @@ class AsyncReadAhead:
 class _Peer:
     """A captured socket the passes may ask the kernel about, and the attempts read on it;
     `every_pass` where its transport stops reading between the consumer's reads (anyio's), so
-    that its data may wait in the kernel unseen by the passes however short they are."""
+    that its data may wait in the kernel unseen by the passes however short they are; `plain`
+    where it carries the body as sent (HTTP/1 in the clear), so that the bytes queued on it can
+    be read for whole events."""
 
-    __slots__ = ("every_pass", "records", "sock")
+    __slots__ = ("every_pass", "plain", "records", "sock")
 
-    def __init__(self, sock: socket.socket, every_pass: bool) -> None:
+    def __init__(self, sock: socket.socket, every_pass: bool, plain: bool) -> None:
         self.sock = sock
         self.every_pass = every_pass
+        self.plain = plain
         self.records: list[WireRecord] = []
 
 
@@ -633,11 +643,13 @@ def _peek(
     index: int,
     long: bool,
     noted: list[tuple[WireRecord, object, int]],
+    buffer: bytearray,
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
-    one after a `long` pass, else those peeked every pass), and note it on the one attempt in
-    flight there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`, with the
-    reader's handle, for `_unread` to take back if the pass did not read it."""
+    one after a `long` pass, else those peeked every pass), copying the queue into `buffer`
+    without taking it, and note that and the events whole in it on the one attempt in flight
+    there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`, with the reader's
+    handle, for `_unread` to take back if the pass did not read it."""
     now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
@@ -646,7 +658,7 @@ def _peek(
         if not wall:  # the kernel's stamps are wall-clock
             now, wall = time.perf_counter_ns(), time.time_ns()
         try:
-            _, ancillary, _, _ = peer.sock.recvmsg(1, _STAMP_SPACE, _PEEK_FLAGS)
+            size, ancillary, _, _ = peer.sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
         except OSError:  # closed since (the descriptor may be another socket's now), or drained
             continue
         for level, kind, data in ancillary:
@@ -657,11 +669,27 @@ def _peek(
                 # Two attempts on one socket (HTTP/2): whose data this is, the kernel cannot say.
                 # One past its keep limit keeps no more stamps to bound, so no more arrivals.
                 if len(live) == 1 and not live[0].capped:
-                    live[0].arrival_passes.append(index)
-                    live[0].arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
+                    record = live[0]
+                    whole, ends = _whole_events(buffer, size) if peer.plain else (-1, False)
+                    record.arrival_passes.append(index)
+                    record.arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
+                    record.arrival_events.append(whole)
+                    record.arrival_ends.append(ends)
                     handles = getattr(key, "data", None)  # asyncio's (reader handle, writer's)
                     reader = handles[0] if isinstance(handles, tuple) else None
-                    noted.append((live[0], reader, index))
+                    noted.append((record, reader, index))
+
+
+def _whole_events(queued: bytearray, size: int) -> tuple[int, bool]:
+    """How many SSE events end in the first `size` bytes of `queued` (a socket's queue, chunked
+    framing and all: its "\r\n" cannot make an event's end), and whether it ends at one; -1
+    where that cannot be told: a queue that filled the buffer (more may follow), or one that
+    begins with a line end (it may finish an event whose first line end was read before)."""
+    if not 0 < size < len(queued) or queued[0] in b"\r\n":
+        return -1, False
+    whole = queued.count(b"\n\n", 0, size) + queued.count(b"\r\n\r\n", 0, size)
+    # The chunked framing's "\r\n" may follow an event's end.
+    return whole, queued.endswith((b"\n\n", b"\n\n\r\n", b"\r\n\r\n"), 0, size)
 
 
 def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
@@ -674,17 +702,20 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
         cancelled = getattr(handle, "cancelled", None)
         passes = record.arrival_passes
         if (cancelled is None or cancelled()) and passes and passes[-1] == index:
-            record.arrival_passes.pop()
-            record.arrivals_ns.pop()
+            for kept in (passes, record.arrivals_ns, record.arrival_events, record.arrival_ends):
+                kept.pop()
     noted.clear()
 
 
-def watch_socket(record: WireRecord, sock: object, *, every_pass: bool = False) -> None:
+def watch_socket(
+    record: WireRecord, sock: object, *, every_pass: bool = False, http1: bool = True
+) -> None:
     """Have the passes of `record`'s loop ask the kernel when the data on `sock` (the
     attempt's connection, once its head is in: a `socket.socket` or asyncio's wrapper of one)
     arrived, where a long pass would bound its stamps loosely, or in `every_pass` that reads
-    it where its transport stops reading between reads (see `_Peer`). Nothing where the loop's
-    passes are not timed or the platform has no receive time stamps."""
+    it where its transport stops reading between reads (see `_Peer`); and, where the response
+    is `http1` and the URL not https, what whole events its queue held. Nothing where the
+    loop's passes are not timed or the platform has no receive time stamps."""
     log = record.loop_lag
     raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
     if log is None or _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
@@ -702,7 +733,8 @@ def watch_socket(record: WireRecord, sock: object, *, every_pass: bool = False) 
         return
     peer = monitor.sockets.get(fd)
     if peer is None or peer.sock is not raw:
-        monitor.sockets[fd] = peer = _Peer(raw, every_pass)
+        plain = http1 and record.url.startswith("http://")
+        monitor.sockets[fd] = peer = _Peer(raw, every_pass, plain)
     peer.records.append(record)
 
 
@@ -732,6 +764,7 @@ def _time_passes(
     passes = log.readies_ns
     Ready = list[tuple[selectors.SelectorKey, int]]
     noted: list[tuple[WireRecord, object, int]] = []  # the last pass's arrivals (`_peek`)
+    buffer = bytearray(PEEK_BYTES)  # this loop's peeks' (one thread's: no other writes it)
 
     def timed(timeout: float | None = None) -> Ready:
         if noted:
@@ -756,7 +789,7 @@ def _time_passes(
         else:
             first, woken = last[0], 0
         if sockets and ready:
-            _peek(ready, sockets, len(passes), now - first > PEEK_AFTER_NS, noted)
+            _peek(ready, sockets, len(passes), now - first > PEEK_AFTER_NS, noted, buffer)
         earliest(first)
         wokens(woken)
         readies(now)

@@ -12,6 +12,7 @@ See docs/metrics.md.
 from __future__ import annotations
 
 import bisect
+import enum
 import functools
 import itertools
 from collections.abc import Callable, Sequence
@@ -586,11 +587,11 @@ def _stamp_error_max_ms(
     cover the stamps (a loop whose selector could not be timed, a log begun later, or one that
     stopped keeping passes at its limit).
 
-    Where the kernel said when the data read in that pass arrived (`WireRecord.arrivals_ns`)
-    and the pass read one chunk of the call, holding at most one event, the stamp is late by
-    at most t - that arrival: one server write is one arrival, which the kernel stamps as it
-    came (its lower bound stays the pass's: bytes may come between the peek and the read);
-    with more than one chunk queued it may have merged them under the newest's stamp."""
+    Where the kernel said when the data read in that pass arrived (`WireRecord.arrivals_ns`,
+    the newest queued) and what whole events its queue held, a stamp of an event that was
+    whole there is late by at least t - that arrival, and by exactly that where the queue held
+    that one event and the pass read it alone; a stamp of an event whose end came later, by at
+    most that (`_kernel_arrivals`)."""
     readies, earliest, woken = log.readies_ns, log.earliest_ns, log.woken_ns
     if len(readies) >= log.pass_limit and stamps and stamps[-1] > readies[-1]:
         return None  # the log stopped keeping passes before these stamps
@@ -607,7 +608,8 @@ def _stamp_error_max_ms(
         j = bisect.bisect_right(readies, t) - 1
         return j - (max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes)
 
-    arrivals, floors = _kernel_arrivals(record, read_pass, readies)
+    arrivals = _kernel_arrivals(record, read_pass, readies)
+    floored: set[int] = set()
     for t in stamps:
         p = read_pass(t)
         if p < 0:
@@ -617,18 +619,23 @@ def _stamp_error_max_ms(
         # lower bound but 0.
         j = bisect.bisect_right(readies, t) - 1
         lo = t - readies[p + 1] if j > p else 0
-        arrived = arrivals.get(p)
-        if arrived is not None:
-            hi = t - arrived
-        else:
-            hi = t - max(earliest[p], t_start)
-            # The pass's first chunk is at least as old as the kernel's one time stamp for
-            # what it read, which may be older than the pass's earliest: data that waited in
-            # the kernel while its transport did not read (anyio's, between the consumer's
-            # reads).
-            floor = floors.pop(p, None)
-            if floor is not None and floor[0] == t:
-                lo, hi = max(lo, t - floor[1]), max(hi, t - floor[1])
+        hi = t - max(earliest[p], t_start)
+        arrival = arrivals.get(p)
+        if arrival is not None:
+            age = t - arrival.ns
+            if arrival.kind is _Kernel.EXACT:
+                lo = hi = age
+            elif arrival.kind is _Kernel.BEFORE:
+                hi = min(hi, age)
+            elif arrival.kind is _Kernel.ALONE:
+                hi = age
+            elif arrival.kind is _Kernel.WHOLE or (t == arrival.first and p not in floored):
+                # At least that old, and maybe older than the pass's earliest: data that
+                # waited in the kernel while its transport did not read (anyio's, between the
+                # consumer's reads). FIRST's, the first event's alone (others of its chunk
+                # share its stamp).
+                floored.add(p)
+                lo, hi = max(lo, age), max(hi, age)
         wait = woken[p]
         # Each bound rests on one stamp's upper bound, and so on that stamp's wait for a CPU.
         if previous is None:
@@ -642,35 +649,84 @@ def _stamp_error_max_ms(
     return worst / 1e6, own / 1e6
 
 
+class _Kernel(enum.Enum):
+    """What the kernel's arrival time says of the stamps of the events a pass read."""
+
+    # The queue held one whole event, ending with it, and the pass read that alone: the stamp
+    # is late by exactly t - the arrival.
+    EXACT = enum.auto()
+    # Every event the pass read was whole in the queue: each stamp late by at least that.
+    WHOLE = enum.auto()
+    # None of them was (their ends came after the arrival): each late by at most that.
+    BEFORE = enum.auto()
+    # Only some were: the first, at least (the events are read in order).
+    FIRST = enum.auto()
+    # A queue whose bytes say nothing (TLS, HTTP/2, past the peek's buffer), and the pass read
+    # one chunk holding at most one event: one server write, one arrival, so at most that late.
+    ALONE = enum.auto()
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrival:
+    kind: _Kernel
+    ns: int  # the kernel's time stamp of the newest data queued
+    first: int  # the stamp of the first chunk the pass read
+
+
 def _kernel_arrivals(
     record: WireRecord, read_pass: Callable[[int], int], readies: Sequence[int]
-) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
-    """The kernel's arrival time of the data read in each pass (by `read_pass` of a read's
-    stamp) where the call's socket was peeked: for a pass that read exactly one of the call's
-    chunks, holding at most one SSE event, that chunk's own (one arrival, stamped as it came);
-    for one that read more, (the first chunk's stamp, the time stamp), which that chunk is at
-    least as old as (the kernel may have merged later arrivals under the newest's). Not for a
-    compressed body, whose events cannot be counted, nor a time stamp the pass contradicts
-    (before the request, or after the pass's select returned: the kernel's clock read some
-    other way)."""
+) -> dict[int, _Arrival]:
+    """What the kernel's arrival time of the data queued in each pass (by `read_pass` of a
+    read's stamp) where the call's socket was peeked says of that pass's stamps (`_Kernel`):
+    the events whole in the queue (`WireRecord.arrival_events`) matched with those the pass
+    read, each counted at the read that brought its end. Not for a compressed body, whose
+    events cannot be counted, nor a time stamp the pass contradicts (before the request, or
+    after the pass's select returned: the kernel's clock read some other way)."""
     # A capped record's last kept read may be cut short: its events cannot be counted.
     if not record.arrival_passes or record.content_encoding or record.capped:
-        return {}, {}
-    chunks: dict[int, tuple[int, bytes | None]] = {}  # (first stamp, the chunk if alone)
+        return {}
+    # Each pass's (first chunk's stamp, events ended in it, chunks, events ended in all).
+    read: dict[int, tuple[int, int, int, int]] = {}
+    tail = b""
     for _, arrived, chunk in record.reads:
         p = read_pass(arrived)
-        chunks[p] = (chunks[p][0], None) if p in chunks else (arrived, chunk)
-    exact: dict[int, int] = {}
-    floors: dict[int, tuple[int, int]] = {}
-    for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True):
-        if p not in chunks or not record.t_start_ns <= arrived <= readies[p]:
+        # An event's end split across two reads is the later one's.
+        ended = _ends(tail + chunk) - _ends(tail)
+        tail = chunk[-3:]
+        first, in_first, chunks, events = read.get(p, (arrived, ended, 0, 0))
+        read[p] = (first, in_first, chunks + 1, events + ended)
+    said: dict[int, _Arrival] = {}
+    kept = zip(
+        record.arrival_passes,
+        record.arrivals_ns,
+        record.arrival_events,
+        record.arrival_ends,
+        strict=True,
+    )
+    for p, arrived, whole, ends in kept:
+        if p not in read or not record.t_start_ns <= arrived <= readies[p]:
             continue
-        first, one = chunks[p]
-        if one is not None and one.count(b"\n\n") + one.count(b"\r\n\r\n") <= 1:
-            exact[p] = arrived
+        first, in_first, chunks, events = read[p]
+        if whole < 0:
+            kind = _Kernel.ALONE if chunks == 1 and events <= 1 else _Kernel.FIRST
+        elif whole == 0:
+            kind = _Kernel.BEFORE
+        elif events <= whole:
+            # A queue that held more than the pass read held the body's end ("0\r\n\r\n").
+            kind = _Kernel.EXACT if events == whole == 1 and ends else _Kernel.WHOLE
+        elif in_first == 1:
+            # The first chunk's one event, the first the pass read, was whole in the queue;
+            # with more in that chunk, which of them a stamp is cannot be told.
+            kind = _Kernel.FIRST
         else:
-            floors[p] = (first, arrived)
-    return exact, floors
+            continue
+        said[p] = _Arrival(kind, arrived, first)
+    return said
+
+
+def _ends(data: bytes) -> int:
+    """How many SSE events end in `data` (its empty lines)."""
+    return data.count(b"\n\n") + data.count(b"\r\n\r\n")
 
 
 def _split_url(url: str) -> tuple[str, str]:
