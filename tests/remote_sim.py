@@ -6,6 +6,7 @@ collection in the consumer stops the server too, so nothing is ever found buffer
 from __future__ import annotations
 
 import contextlib
+import itertools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -145,3 +146,23 @@ def itl_errors(measured: CallMetrics, truth: TruthRecord) -> list[float]:
     return [
         (gap - sent / 1000) / 1000 for gap, sent in zip(measured.itl, truth.itl_ns, strict=True)
     ]
+
+
+def error_span_ms(stamps_ns: list[int], truth: TruthRecord) -> tuple[float, float]:
+    """The least and the most the call's worst |error| (its ttft, from the first content stamp,
+    and each gap) can be against what the simulator sent, ms, from each content event's stamp
+    and the span in which its bytes left (`TruthEvent.sent_span_ns`: a busy machine may preempt
+    the simulator between the write and its note of it, ms apart). Each figure's least and most
+    are taken alone: the least is a floor of what the kindest send times allow, the most a
+    ceiling."""
+    spans = []
+    for t, event in zip(stamps_ns, truth.content_events, strict=True):
+        first, last = event.sent_span_ns
+        spans.append((t - last, t - first))  # the stamp's signed error, least and most
+    figures = spans[:1] + [  # the ttft, then each gap
+        (lo - before_hi, hi - before_lo)
+        for (before_lo, before_hi), (lo, hi) in itertools.pairwise(spans)
+    ]
+    least = max((max(lo, -hi, 0) for lo, hi in figures), default=0)
+    most = max((max(-lo, hi) for lo, hi in figures), default=0)
+    return least / 1e6, most / 1e6

@@ -657,6 +657,11 @@ def test_same_seed_same_request_same_text_and_schedule() -> None:
     # beside the suite delayed one run by a 22 ms median); the seeded schedule above is the
     # deterministic part, and the server logs each event's lateness against it.
     assert all(e.t_sent_ns >= e.t_due_ns for e in (*a.events, *b.events))
+    # Each streamed event's bytes left between its write's start, after it was due, and its
+    # write's return: the span the accuracy checks judge a stamp against.
+    for e in (*a.events, *b.events):
+        assert e.t_write_ns is not None and e.t_due_ns <= e.t_write_ns <= e.t_sent_ns
+        assert e.sent_span_ns == (e.t_write_ns, e.t_sent_ns)
     with (
         SimServer(noisy.replace(seed=43)) as s,
         openai.OpenAI(base_url=s.openai_base_url, api_key="s") as o,

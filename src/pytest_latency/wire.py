@@ -55,6 +55,18 @@ AWAY_NS = 1_000_000
 # the events of a 128k-token stream.
 EVENT_LIMIT = 262_144
 
+# What a peek says of the events whole in a socket's queue (`WireRecord.arrival_events`) where it
+# cannot count them: nothing known, or (TLS) only that the queue was one whole record.
+EVENTS_UNKNOWN = -1
+ONE_RECORD = -2
+
+
+def event_ends(data: bytes | bytearray) -> int:
+    """How many SSE events end in `data` (its empty lines): the one count that capture's peek at
+    a socket's queue and `metrics`' reading of the body both make, so that they agree. Only
+    "\n\n" and "\r\n\r\n": a peek that finds another line end ("\r" alone) counts nothing."""
+    return data.count(b"\n\n") + data.count(b"\r\n\r\n")
+
 
 # The most loop passes one lag log keeps (24 B each: 48 MB). A monitoring run lasts while calls
 # are in flight on the loop, so a soak test streaming without a pause for an hour at ~2,000
@@ -173,8 +185,9 @@ class WireRecord:
     # transports (they stop reading between reads), for this attempt's socket alone (none
     # while another attempt shares it: HTTP/2). The peek copies the queue without taking it,
     # and the time stamp (SO_TIMESTAMPNS) is that of the newest data it copied. With it, what
-    # the queue held: `arrival_events`, the SSE events whole in it (-1: not known, for a body
-    # the socket does not carry as sent, TLS or HTTP/2, or a queue past the peek's buffer),
+    # the queue held (`capture._queued`): `arrival_events`, the SSE events whole in it
+    # (EVENTS_UNKNOWN where its bytes say nothing: HTTP/2, a coded body, a queue past the
+    # peek's buffer or not at a chunk's start; ONE_RECORD for TLS that was one whole record),
     # and `arrival_ends`, 1 where it ended at an event's end. `metrics` matches those with the
     # events the pass read. 21 B an entry, at most one a pass in which the attempt's socket was
     # ready, none once the record is capped: about one a kept read at most (8 MB at the keep

@@ -25,8 +25,9 @@ request's effective middlewares; `instrument(session)` appends it to the session
 httpx transport that is itself captured (openai's `DefaultAioHttpClient`, litellm's aiohttp
 transport) the middleware stands aside (`CAPTURING`): the call is recorded once.
 
-May import `wire`, `untrusted`, `attribution` and `capture._stream`; never pytest, the SDKs, or
-another binding. aiohttp only through `importlib`, when a wrapper for it is asked for.
+May import `wire`, `untrusted`, `attribution`, `capture._stream` and `capture._queued`; never
+pytest, the SDKs, or another binding. aiohttp only through `importlib`, when a wrapper for it is
+asked for.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any, Protocol, cast
 
 from pytest_latency.attribution import CAPTURING, Sink, route
 from pytest_latency.capture import _stream
+from pytest_latency.capture._queued import framing_of
 from pytest_latency.capture._stream import Clock, Headers
 from pytest_latency.untrusted import header_secrets
 from pytest_latency.wire import READ_COST, WireRecord
@@ -276,16 +278,19 @@ class LatencyMiddleware:
             "" if self._decompressed else headers.get("Content-Encoding", ""),
         )
         _time_body(response.content, record, clock)
-        _stream.watch_socket(record, _socket_of(response))
+        transport = getattr(getattr(response, "connection", None), "transport", None)
+        get_extra_info = getattr(transport, "get_extra_info", None)
+        # None once the connection is gone (a body read whole with the head).
+        if get_extra_info is not None:
+            framing = framing_of(
+                record.url,
+                tls=get_extra_info("ssl_object") is not None,
+                http1=True,  # aiohttp's client speaks HTTP/1 only
+                content_encoding=headers.get("Content-Encoding", ""),
+                transfer_encoding=headers.get("Transfer-Encoding", ""),
+            )
+            _stream.watch_socket(record, get_extra_info("socket"), framing)
         return response
-
-
-def _socket_of(response: Response) -> object:
-    """The socket the response is read from (its connection's transport's); None once the
-    connection is gone (a body read whole with the head)."""
-    transport = getattr(getattr(response, "connection", None), "transport", None)
-    get_extra_info = getattr(transport, "get_extra_info", None)
-    return None if get_extra_info is None else get_extra_info("socket")
 
 
 def is_middleware(obj: object) -> bool:

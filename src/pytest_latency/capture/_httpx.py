@@ -10,8 +10,9 @@ until then, and then by name (`importlib`), so a missing legacy httpx costs noth
 
 What is not about httpx's objects (stamping, read-ahead, the loop monitor) is in `_stream`.
 
-May import `wire`, `untrusted`, `attribution` and `capture._stream`; never pytest, the SDKs, or
-another binding. httpx2 and httpx only through `importlib`, when a wrapper for them is asked for.
+May import `wire`, `untrusted`, `attribution`, `capture._stream` and `capture._queued`; never
+pytest, the SDKs, or another binding. httpx2 and httpx only through `importlib`, when a wrapper for
+them is asked for.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import ClassVar, Generic, Protocol, TypeVar, cast
 
 from pytest_latency.attribution import CAPTURING, Sink, route
 from pytest_latency.capture import _stream
+from pytest_latency.capture._queued import Framing, framing_of
 from pytest_latency.capture._stream import Clock, Headers
 from pytest_latency.untrusted import header_secrets
 from pytest_latency.wire import WireRecord
@@ -143,17 +145,27 @@ def _note_response(record: WireRecord, response: _Response, clock: Clock) -> boo
     return False
 
 
-def _socket_of(response: AsyncResponse) -> object:
+def _socket_of(response: AsyncResponse, record: WireRecord) -> tuple[object, Framing]:
     """The socket the response is read from, where the transport says (httpcore's
-    `network_stream` extension); None otherwise (a mock, another transport)."""
+    `network_stream` extension; None otherwise: a mock, another transport), and how it carries
+    the body."""
+    version = response.extensions.get("http_version")  # httpcore's, b"HTTP/1.1"
     stream = response.extensions.get("network_stream")
     get_extra_info = getattr(stream, "get_extra_info", None)
     if get_extra_info is None:
-        return None
+        return None, Framing.OPAQUE
     try:
-        return get_extra_info("socket")
+        sock, tls = get_extra_info("socket"), get_extra_info("ssl_object") is not None
     except Exception:  # a stream of another make: the passes alone bound its stamps
-        return None
+        return None, Framing.OPAQUE
+    headers = response.headers
+    return sock, framing_of(
+        record.url,
+        tls=tls,
+        http1=isinstance(version, bytes) and version.startswith(b"HTTP/1"),
+        content_encoding=headers.get("content-encoding", ""),
+        transfer_encoding=headers.get("transfer-encoding", ""),
+    )
 
 
 # ---- the stream mixins: `_stream`'s bodies, closing the library's stream -------------------------
@@ -280,9 +292,8 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
         if not _note_response(record, response, clock):
             # anyio's socket streams stop reading after each receive until the next: what
             # arrives meanwhile waits in the kernel, unseen by the loop's passes.
-            version = response.extensions.get("http_version")  # httpcore's, b"HTTP/1.1"
-            http1 = isinstance(version, bytes) and version.startswith(b"HTTP/1")
-            _stream.watch_socket(record, _socket_of(response), every_pass=True, http1=http1)
+            sock, framing = _socket_of(response, record)
+            _stream.watch_socket(record, sock, framing, every_pass=True)
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)
         return response

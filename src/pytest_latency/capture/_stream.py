@@ -21,8 +21,8 @@ capture, because a loop is shared by every client and transport on it (auto-capt
 wrapper per request) and nothing else they all own outlives a request. An entry dies with its
 loop, holds no reference to the loop or a test, and holds records only while they are in flight.
 
-May import `wire` and `untrusted`; never an HTTP library (httpx2, httpx, aiohttp), a binding, pytest
-or the SDKs.
+May import `wire`, `untrusted`, `gc_pauses` and `capture._queued`; never an HTTP library (httpx2,
+httpx, aiohttp), a binding, pytest or the SDKs.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from collections.abc import (
 )
 from typing import Protocol
 
+from pytest_latency.capture._queued import Framing, whole_events
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
 from pytest_latency.wire import AWAY_NS, NOTE_COST, READ_COST, WAIT_NS, LoopLag, WireRecord
@@ -89,8 +90,9 @@ _TIMESTAMPNS = (
 _PEEK_FLAGS = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 _STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 # A peek copies up to this much of the queue (one buffer a monitored loop): then its time stamp
-# is the newest data's, and its bytes say how many events were whole by then. anyio reads 64 KiB
-# at most, asyncio 256 KiB; a queue past this is rare (a stalled consumer) and says nothing.
+# is the newest data's, and its bytes say how many events were whole by then (`_queued`). A
+# queue past this is rare (a stalled consumer; asyncio's transports take up to 256 KiB a read)
+# and says nothing.
 # Copying a stream's usual queue, one or two events of a few hundred bytes, costs no more than a
 # one-byte peek (2.2 us either way, measured here).
 PEEK_BYTES = 65_536
@@ -550,16 +552,15 @@ class AsyncReadAhead:
 class _Peer:
     """A captured socket the passes may ask the kernel about, and the attempts read on it;
     `every_pass` where its transport stops reading between the consumer's reads (anyio's), so
-    that its data may wait in the kernel unseen by the passes however short they are; `plain`
-    where it carries the body as sent (HTTP/1 in the clear), so that the bytes queued on it can
-    be read for whole events."""
+    that its data may wait in the kernel unseen by the passes however short they are; and how
+    it carries its body, which says what the bytes queued on it can tell (`_queued`)."""
 
-    __slots__ = ("every_pass", "plain", "records", "sock")
+    __slots__ = ("every_pass", "framing", "records", "sock")
 
-    def __init__(self, sock: socket.socket, every_pass: bool, plain: bool) -> None:
+    def __init__(self, sock: socket.socket, every_pass: bool, framing: Framing) -> None:
         self.sock = sock
         self.every_pass = every_pass
-        self.plain = plain
+        self.framing = framing
         self.records: list[WireRecord] = []
 
 
@@ -670,7 +671,7 @@ def _peek(
                 # One past its keep limit keeps no more stamps to bound, so no more arrivals.
                 if len(live) == 1 and not live[0].capped:
                     record = live[0]
-                    whole, ends = _whole_events(buffer, size) if peer.plain else (-1, False)
+                    whole, ends = whole_events(buffer, size, peer.framing)
                     record.arrival_passes.append(index)
                     record.arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
                     record.arrival_events.append(whole)
@@ -678,18 +679,6 @@ def _peek(
                     handles = getattr(key, "data", None)  # asyncio's (reader handle, writer's)
                     reader = handles[0] if isinstance(handles, tuple) else None
                     noted.append((record, reader, index))
-
-
-def _whole_events(queued: bytearray, size: int) -> tuple[int, bool]:
-    """How many SSE events end in the first `size` bytes of `queued` (a socket's queue, chunked
-    framing and all: its "\r\n" cannot make an event's end), and whether it ends at one; -1
-    where that cannot be told: a queue that filled the buffer (more may follow), or one that
-    begins with a line end (it may finish an event whose first line end was read before)."""
-    if not 0 < size < len(queued) or queued[0] in b"\r\n":
-        return -1, False
-    whole = queued.count(b"\n\n", 0, size) + queued.count(b"\r\n\r\n", 0, size)
-    # The chunked framing's "\r\n" may follow an event's end.
-    return whole, queued.endswith((b"\n\n", b"\n\n\r\n", b"\r\n\r\n"), 0, size)
 
 
 def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
@@ -708,14 +697,14 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
 
 
 def watch_socket(
-    record: WireRecord, sock: object, *, every_pass: bool = False, http1: bool = True
+    record: WireRecord, sock: object, framing: Framing, *, every_pass: bool = False
 ) -> None:
     """Have the passes of `record`'s loop ask the kernel when the data on `sock` (the
     attempt's connection, once its head is in: a `socket.socket` or asyncio's wrapper of one)
     arrived, where a long pass would bound its stamps loosely, or in `every_pass` that reads
-    it where its transport stops reading between reads (see `_Peer`); and, where the response
-    is `http1` and the URL not https, what whole events its queue held. Nothing where the
-    loop's passes are not timed or the platform has no receive time stamps."""
+    it where its transport stops reading between reads (see `_Peer`); and what whole events
+    its queue held, as far as its `framing` lets the bytes tell. Nothing where the loop's
+    passes are not timed or the platform has no receive time stamps."""
     log = record.loop_lag
     raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
     if log is None or _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
@@ -733,8 +722,7 @@ def watch_socket(
         return
     peer = monitor.sockets.get(fd)
     if peer is None or peer.sock is not raw:
-        plain = http1 and record.url.startswith("http://")
-        monitor.sockets[fd] = peer = _Peer(raw, every_pass, plain)
+        monitor.sockets[fd] = peer = _Peer(raw, every_pass, framing)
     peer.records.append(record)
 
 

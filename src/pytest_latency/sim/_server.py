@@ -547,14 +547,17 @@ class _App:
                     await ex.sleep_until(due)
                     if fault == "drop":
                         return self._abort(ex)
+                    began = time.perf_counter_ns()
                     await resp.write(wire.stream_error(message_for(529), seq))
                     await writer.drain()
-                    ex.events.append(TruthEvent(time.perf_counter_ns(), "error", 0, due))
+                    ex.events.append(TruthEvent(time.perf_counter_ns(), "error", 0, due, began))
                     break
                 await ex.sleep_until(due)
+                began = time.perf_counter_ns()
                 await resp.write(out.payload)
                 await writer.drain()
-                ex.events.append(TruthEvent(time.perf_counter_ns(), out.kind, out.tokens, due))
+                sent = time.perf_counter_ns()
+                ex.events.append(TruthEvent(sent, out.kind, out.tokens, due, began))
             else:
                 ex.usage = usage
             await resp.write_eof()

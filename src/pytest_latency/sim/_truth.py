@@ -28,6 +28,16 @@ class TruthEvent(NamedTuple):
     kind: str  # "content" | "reasoning" | "tool" | "other" | "error"
     tokens: int  # output tokens this event carries
     t_due_ns: int  # when the schedule wanted it sent; t_sent_ns - t_due_ns is the lateness
+    # Just before its write began: the bytes left between this and t_sent_ns (on a busy machine
+    # the server's thread may be preempted between the two, ms apart). None for the non-streamed
+    # body, and in records written before it was kept.
+    t_write_ns: int | None = None
+
+    @property
+    def sent_span_ns(self) -> tuple[int, int]:
+        """The earliest and the latest the event's bytes can have left the server."""
+        start = self.t_due_ns if self.t_write_ns is None else self.t_write_ns
+        return min(start, self.t_sent_ns), self.t_sent_ns
 
 
 @dataclass(frozen=True, slots=True)

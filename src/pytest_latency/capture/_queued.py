@@ -1,0 +1,115 @@
+"""What a peek's copy of a captured socket's queue says: how many SSE events end whole in it.
+
+Owns `Framing`, how a socket carries its response's body (the binding names it from the
+response's head and its transport: `framing_of`), and `whole_events`, which the loop monitor's
+peek (`_stream._peek`) calls on the bytes it copied without taking them. `metrics` matches the
+count with the events the pass read to decide which side of a stamp's lateness the kernel's
+arrival time bounds (docs/metrics.md, "The kernel's arrival times"), so a miscount here is an
+unsound bound there: where the bytes could mean two things, the answer is `EVENTS_UNKNOWN`.
+
+May import `wire`; nothing else of the package, no HTTP library.
+"""
+
+from __future__ import annotations
+
+import enum
+import string
+
+from pytest_latency.wire import EVENTS_UNKNOWN, ONE_RECORD, event_ends
+
+_HEX = frozenset(string.hexdigits.encode())
+# A TLS record's header: content type, version (3, x), length; application data is type 23.
+_TLS_HEADER = 5
+_TLS_TYPES = frozenset({20, 21, 22, 23})
+
+
+class Framing(enum.Enum):
+    """How a captured socket carries its response's body."""
+
+    # HTTP/1 in the clear, no content coding, delimited by its length or the close: the body's
+    # bytes as the server wrote them.
+    RAW = enum.auto()
+    # The same in HTTP/1.1's chunked framing: size lines around the body's bytes.
+    CHUNKED = enum.auto()
+    # HTTP/1 over TLS: only the records' boundaries can be read.
+    TLS = enum.auto()
+    # Nothing: HTTP/2 (its frames interleave streams and control), a content-coded body.
+    OPAQUE = enum.auto()
+
+
+def framing_of(
+    url: str, *, tls: bool, http1: bool, content_encoding: str, transfer_encoding: str
+) -> Framing:
+    """The framing of a response to `url`, read over TLS (as its transport says: a proxy may
+    put TLS under an http URL) or not, in HTTP/1 or not, with its head's Content-Encoding (a
+    coded body's bytes are not its events) and Transfer-Encoding."""
+    if not http1 or content_encoding.strip().lower() not in ("", "identity"):
+        return Framing.OPAQUE
+    if tls or not url.startswith("http://"):
+        return Framing.TLS
+    return Framing.CHUNKED if "chunked" in transfer_encoding.lower() else Framing.RAW
+
+
+def whole_events(queued: bytearray, size: int, framing: Framing) -> tuple[int, bool]:
+    """How many SSE events end in the first `size` bytes of `queued`, and whether they end at
+    one's end. `EVENTS_UNKNOWN` where that cannot be told: a queue that filled the buffer (more
+    may follow), one not at a chunk's start, a body's bytes that begin with a line end (they may
+    end an event whose first line end was read before) or hold a line end `event_ends` does not
+    count ("\\r" alone, "\\n\\r\\n"). For TLS, `ONE_RECORD` where the queue is exactly one whole
+    record (one server write, whole), else `EVENTS_UNKNOWN`."""
+    if not 0 < size < len(queued) or framing is Framing.OPAQUE:
+        return EVENTS_UNKNOWN, False
+    if framing is Framing.TLS:
+        return (ONE_RECORD if _one_record(queued, size) else EVENTS_UNKNOWN), False
+    if framing is Framing.RAW:
+        data: bytes | None = bytes(queued[:size])
+        whole = True
+    else:
+        data, whole = _dechunked(queued, size)
+    if not data or data[0] in b"\r\n":
+        return EVENTS_UNKNOWN, False
+    # A CR not ending a CRLF, or an LF line end before a CRLF empty line ("\n\r\n" outside
+    # "\r\n\r\n"): line ends `event_ends` does not count.
+    lone_cr = data.count(b"\r") != data.count(b"\r\n")
+    if lone_cr or data.count(b"\n\r\n") != data.count(b"\r\n\r\n"):
+        return EVENTS_UNKNOWN, False
+    return event_ends(data), whole and data.endswith((b"\n\n", b"\r\n\r\n"))
+
+
+def _dechunked(queued: bytearray, size: int) -> tuple[bytes | None, bool]:
+    """The body's bytes in a chunked queue's first `size` bytes, walking its size lines from the
+    start, and whether the queue ended at a chunk's end (or at the body's); None where it does
+    not begin with a size line or its framing is broken."""
+    parts: list[bytes] = []
+    at = 0
+    while at < size:
+        line = queued.find(b"\r\n", at, size)
+        if line < 0:  # a size line cut short
+            head = bytes(queued[at:size])
+            if not head or not set(head.split(b";", 1)[0]) <= _HEX:
+                return None, False
+            return b"".join(parts), False
+        digits = bytes(queued[at:line]).split(b";", 1)[0].strip(b" \t")
+        if not digits or not set(digits) <= _HEX:
+            return None, False
+        length = int(digits, 16)
+        if length == 0:  # the last chunk: trailers may follow, and nothing of the body
+            return b"".join(parts), True
+        start = line + 2
+        end = start + length
+        parts.append(bytes(queued[start : min(end, size)]))
+        if end + 2 > size:  # a chunk cut short, or its closing line end
+            if end < size and queued[end:size] != b"\r\n"[: size - end]:
+                return None, False
+            return b"".join(parts), False
+        if queued[end : end + 2] != b"\r\n":
+            return None, False
+        at = end + 2
+    return b"".join(parts), True
+
+
+def _one_record(queued: bytearray, size: int) -> bool:
+    """Whether the first `size` bytes of `queued` are exactly one whole TLS record."""
+    if size < _TLS_HEADER or queued[0] not in _TLS_TYPES or queued[1] != 3:
+        return False
+    return _TLS_HEADER + int.from_bytes(queued[3:5], "big") == size

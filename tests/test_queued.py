@@ -1,0 +1,108 @@
+"""What a peek makes of the bytes it copied off a socket's queue (`capture._queued`): how many SSE
+events end whole in them, and whether they end at one's end, only where the bytes cannot mean
+two things (a miscount there is an unsound stamp bound in `metrics`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_latency.capture._queued import Framing, framing_of, whole_events
+from pytest_latency.wire import EVENTS_UNKNOWN, ONE_RECORD
+
+UNKNOWN = (EVENTS_UNKNOWN, False)
+EVENT = b"data: {}\n\n"
+
+
+def whole(data: bytes, framing: Framing = Framing.CHUNKED, size: int = 256) -> tuple[int, bool]:
+    buffer = bytearray(size)
+    buffer[: len(data)] = data
+    return whole_events(buffer, len(data), framing)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def test_the_chunked_framing_is_walked_from_the_queues_start() -> None:
+    assert whole(chunk(EVENT)) == (1, True)
+    assert whole(chunk(EVENT) + chunk(EVENT)) == (2, True)
+    assert whole(chunk(b"data: {}\r\n\r\n")) == (1, True)  # CRLF events
+    assert whole(chunk(b"data: {}\r\n\r\n").upper()) == (1, True)  # upper-case hex sizes
+    assert whole(b"a;ext=1\r\n" + EVENT + b"\r\n") == (1, True)  # a chunk extension
+    # Cut short: the next chunk's size line, its data, or its closing line end.
+    assert whole(chunk(EVENT) + b"4") == (1, False)
+    assert whole(chunk(EVENT) + b"4\r\ndata") == (1, False)
+    assert whole(chunk(EVENT) + b"a\r\ndata: {}\n") == (1, False)
+    assert whole(chunk(EVENT)[:-1]) == (1, False)
+    # An event's end split across two chunks is counted once, where it is whole.
+    assert whole(chunk(b"data: {}\n") + chunk(b"\n")) == (1, True)
+    # The body's end: the last chunk is not an event ("0\r\n\r\n" read raw would be one).
+    assert whole(chunk(EVENT) + b"0\r\n\r\n") == (1, True)
+    assert whole(chunk(b"data: {}")) == (0, False)
+
+
+def test_the_framings_line_ends_make_no_event_ends() -> None:
+    """Each line of a CRLF event written as a chunk of its own: the data's line end and the
+    framing's, side by side, read "\\r\\n\\r\\n" in the raw bytes, but no event ends there."""
+    lines = chunk(b"event: a\r\n") + chunk(b"data: {}\r\n")
+    assert whole(lines) == (0, False)
+    assert whole(lines + chunk(b"\r\n")) == (1, True)
+    assert whole(chunk(b": ping\r\n")) == (0, False)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\r\n",  # the end of a chunk read before: not at a size line
+        b"data: {}\n\n",  # not framed at all
+        b"x\r\n" + EVENT,  # not a size
+        b"0x9\r\n" + EVENT,  # int() would take it; HTTP does not
+        chunk(EVENT)[:-2] + b"XX",  # a chunk not closed by a line end
+        chunk(b"\ndata: {}\n\n"),  # begins with a line end: may end an event read before
+        chunk(b"data: a\r\rdata: b\r\r"),  # CR-only line ends, which event_ends does not count
+        chunk(b"data: a\n\r\n"),  # "\n\r\n": an event's end event_ends does not count
+        b"",
+    ],
+)
+def test_a_queue_that_could_mean_two_things_says_nothing(data: bytes) -> None:
+    assert whole(data) == UNKNOWN
+
+
+def test_a_queue_that_filled_the_buffer_says_nothing() -> None:
+    data = chunk(EVENT)
+    assert whole(data, size=len(data)) == UNKNOWN
+
+
+def test_a_raw_body_is_counted_as_it_is() -> None:
+    assert whole(EVENT + b"data: {", Framing.RAW) == (1, False)
+    assert whole(EVENT + EVENT, Framing.RAW) == (2, True)
+    assert whole(b"\n" + EVENT, Framing.RAW) == UNKNOWN
+
+
+def test_tls_says_only_whether_the_queue_was_one_whole_record() -> None:
+    record = bytes([23, 3, 3, 0, 40]) + bytes(40)
+    assert whole(record, Framing.TLS) == (ONE_RECORD, False)
+    assert whole(record + record, Framing.TLS) == UNKNOWN
+    assert whole(record[:-1], Framing.TLS) == UNKNOWN
+    assert whole(bytes(45), Framing.TLS) == UNKNOWN  # not a record's header
+    assert whole(EVENT, Framing.OPAQUE) == UNKNOWN
+
+
+def test_the_framing_is_named_from_the_head_and_the_transport() -> None:
+    def of(url: str = "http://h/v1", **kw: object) -> Framing:
+        args: dict[str, object] = {
+            "tls": False,
+            "http1": True,
+            "content_encoding": "",
+            "transfer_encoding": "chunked",
+        }
+        args.update(kw)
+        return framing_of(url, **args)  # type: ignore[arg-type]
+
+    assert of() is Framing.CHUNKED
+    assert of(transfer_encoding="") is Framing.RAW
+    assert of(content_encoding="identity") is Framing.CHUNKED
+    assert of(content_encoding="gzip") is Framing.OPAQUE  # a coded body's bytes are not events
+    assert of(http1=False) is Framing.OPAQUE  # HTTP/2
+    assert of("https://h/v1") is Framing.TLS
+    assert of(tls=True) is Framing.TLS  # an http URL through a TLS proxy
