@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 from array import array
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -278,6 +279,8 @@ class Round:
     # be, the product's bound, the passes-alone bound), ms.
     misses: list[tuple[float, float, float | None, float | None]] = field(default_factory=list)
     flagged_fine: int = 0
+    # The flags those false alarms carried, by kind.
+    false_kinds: Counter[str] = field(default_factory=Counter)
     # Each measured call, for the agreement table: which threshold on which signal would flag
     # exactly the late calls.
     calls_seen: list[Seen] = field(default_factory=list)
@@ -338,6 +341,7 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
         r.calls_seen.append(Seen(least, most, lag_ms, bound_ms, pass_bound_ms))
         if flagged and most <= P99_TARGET_MS:
             r.flagged_fine += 1
+            r.false_kinds.update(flagged)
         elif not flagged and least > P99_TARGET_MS:
             r.late_unflagged += 1
             r.misses.append((worst, least, bound_ms, pass_bound_ms))
@@ -547,12 +551,14 @@ def main() -> int:
     fine = sum(r.flagged_fine for r in captured)
     flagged = sum(r.flagged for r in captured)
     seen = [c for r in captured for c in r.calls_seen]
+    kinds = sum((r.false_kinds for r in captured), Counter[str]())
     unsure = sum(c.least <= P99_TARGET_MS < c.most for c in seen)
     print(
         f"call by call ('within the target, or flagged'): of {calls} instrumented calls, {late} "
         f"were off by more than {P99_TARGET_MS:g} ms somewhere and not flagged; {fine} of the "
-        f"{flagged} flagged were within it; {unsure} the simulator's notes before and after its "
-        "writes leave either side of the target"
+        f"{flagged} flagged were within it ({', '.join(f'{k} {n}' for k, n in kinds.items())}); "
+        f"{unsure} the simulator's notes before and after its writes leave either side of the "
+        "target"
     )
     for r in captured:
         if r.late_unflagged:
