@@ -358,8 +358,9 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
         noted: list[tuple[WireRecord, object, int]] = []
         buffer = bytearray(_stream.PEEK_BYTES)
 
-        def peek(index: int, long: bool = True) -> None:
-            _stream._peek(ready, monitor.sockets, index, long, noted, buffer)  # type: ignore[arg-type]
+        def peek(index: int, long: bool = True, polled: bool = True) -> None:
+            sockets = monitor.sockets
+            _stream._peek(ready, sockets, index, long, noted, buffer, polled)  # type: ignore[arg-type]
 
         try:
             _stream.watch_socket(first, client, Framing.RAW)
@@ -383,6 +384,9 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             peek(7, long=False)
             assert not first.arrival_passes
             monitor.sockets[client.fileno()].every_pass = True
+            # Not after a select that waited: what it returned came while it waited.
+            peek(7, long=False, polled=False)
+            assert not first.arrival_passes
             peek(7, long=False)
             assert list(first.arrival_passes) == [7]
             _stream._unread(noted)  # the pass read it (its reader was not cancelled): kept

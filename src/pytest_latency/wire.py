@@ -61,11 +61,12 @@ EVENTS_UNKNOWN = -1
 ONE_RECORD = -2
 
 
-def event_ends(data: bytes | bytearray) -> int:
-    """How many SSE events end in `data` (its empty lines): the one count that capture's peek at
-    a socket's queue and `metrics`' reading of the body both make, so that they agree. Only
-    "\n\n" and "\r\n\r\n": a peek that finds another line end ("\r" alone) counts nothing."""
-    return data.count(b"\n\n") + data.count(b"\r\n\r\n")
+def event_ends(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
+    """How many SSE events end in `data[start:end]` (its empty lines): the one count that
+    capture's peek at a socket's queue and `metrics`' reading of the body both make, so that
+    they agree. Only "\n\n" and "\r\n\r\n": a peek that finds another line end ("\r" alone)
+    counts nothing."""
+    return data.count(b"\n\n", start, end) + data.count(b"\r\n\r\n", start, end)
 
 
 # The most loop passes one lag log keeps (24 B each: 48 MB). A monitoring run lasts while calls
@@ -181,8 +182,8 @@ class WireRecord:
     stamp_passes: int = 1
     # When the kernel says the data read in some of those passes arrived: (the pass's index in
     # `loop_lag`, the arrival as a `perf_counter_ns` reading), one entry per pass that a long
-    # busy pass (`capture`'s PEEK_AFTER_NS) made worth asking about, or every pass for anyio's
-    # transports (they stop reading between reads), for this attempt's socket alone (none
+    # busy pass (`capture`'s PEEK_AFTER_NS) made worth asking about, or every polling pass for
+    # anyio's transports (they stop reading between reads), for this attempt's socket alone (none
     # while another attempt shares it: HTTP/2). The peek copies the queue without taking it,
     # and the time stamp (SO_TIMESTAMPNS) is that of the newest data it copied. With it, what
     # the queue held (`capture._queued`): `arrival_events`, the SSE events whole in it

@@ -76,9 +76,10 @@ PASS_SLACK_NS = 200_000
 PASS_EVENT_NS = 2_000
 # A pass whose data may have arrived over this long before its select returned (a busy loop's
 # previous pass, or a woken thread's wait for a CPU) asks the kernel when the data of each
-# captured socket it returned arrived: one peek, ~2 us a socket, only where the passes alone
-# would bound its stamps loosely (and on every pass for a transport that stops reading between
-# reads, whose data the passes cannot see arrive: `watch_socket`).
+# captured socket it returned arrived: one peek, 3-5 us a socket with the reading of its queue
+# (`_queued`), only where the passes alone would bound its stamps loosely (and on every pass
+# whose select did not wait for a transport that stops reading between reads, whose data the
+# passes cannot see arrive: `watch_socket`).
 PEEK_AFTER_NS = 500_000
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
@@ -645,16 +646,18 @@ def _peek(
     long: bool,
     noted: list[tuple[WireRecord, object, int]],
     buffer: bytearray,
+    polled: bool = True,
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
-    one after a `long` pass, else those peeked every pass), copying the queue into `buffer`
+    one after a `long` pass, else, after a select that did not wait (`polled`), those peeked
+    every pass), copying the queue into `buffer`
     without taking it, and note that and the events whole in it on the one attempt in flight
     there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`, with the reader's
     handle, for `_unread` to take back if the pass did not read it."""
     now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
-        if peer is None or not (long or peer.every_pass):
+        if peer is None or not (long or (polled and peer.every_pass)):
             continue
         if not wall:  # the kernel's stamps are wall-clock
             now, wall = time.perf_counter_ns(), time.time_ns()
@@ -770,14 +773,19 @@ def _time_passes(
         # did not wait returns what may have arrived any time after the last pass polled (not
         # after its select returned: its return may have waited for the GIL).
         margin = PASS_SLACK_NS + PASS_EVENT_NS * len(ready)
-        if timeout != 0 and now - polled > margin:
+        woke = timeout != 0 and now - polled > margin
+        if woke:
             start, end = waited.parse(before), waited.read() if before else None
             woken = end - start if start is not None and end is not None else 0
             first = now - margin - woken
         else:
             first, woken = last[0], 0
         if sockets and ready:
-            _peek(ready, sockets, len(passes), now - first > PEEK_AFTER_NS, noted, buffer)
+            # A select that waited returned only data that arrived while it waited (any queued
+            # before would have ended the wait at once): its bound is tight, and a transport's
+            # pause in reading hid nothing. Only a poll can return data that waited unseen.
+            long = now - first > PEEK_AFTER_NS
+            _peek(ready, sockets, len(passes), long, noted, buffer, polled=not woke)
         earliest(first)
         wokens(woken)
         readies(now)
