@@ -45,15 +45,14 @@ import random
 import subprocess
 import sys
 import time
-from array import array
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import httpx2
-from _common import P50_TARGET_MS, P99_TARGET_MS, ROOT, error_pct, load, spawn_sim, within_targets
-from remote_sim import error_span_ms, paced, truth_log
+from _common import P50_TARGET_MS, P99_TARGET_MS, ROOT, error_pct, load, spawn_sim, target_excess
+from remote_sim import error_span_ms, paced, truth_log, without_arrivals
 
 from pytest_latency.metrics import STAMP_TARGET_MS
 
@@ -221,14 +220,7 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
             s.flagged = m.flagged
             s.lag_ms = m.loop_lag_max_ms
             s.bound_ms = m.stamp_error_max_ms
-            passes_only = replace(
-                record,
-                arrival_passes=array("q"),
-                arrivals_ns=array("q"),
-                arrival_events=array("i"),
-                arrival_ends=array("b"),
-            )
-            s.pass_bound_ms = call_metrics(passes_only).stamp_error_max_ms
+            s.pass_bound_ms = call_metrics(without_arrivals(record)).stamp_error_max_ms
             if m.ttft is not None:
                 first = record.t_start_ns + round(m.ttft * 1000)
                 s.stamps = [first]
@@ -289,16 +281,14 @@ class Round:
     load: float = 0.0
 
     def honest(self) -> bool:
-        return self.failed == 0 and within_targets(self.ttft, self.itl)
+        return excess([self]) <= 1
 
 
 def honest_level(rounds: list[Round]) -> bool:
     """A level is honest when its rounds' errors, pooled, are within the targets: a p99 over
     every round's gaps, not the worst of each round's own (one round's p99 rests on its 5-10
     worst gaps; a level's verdict on one round's was decided by a single late read)."""
-    ttft = [e for r in rounds for e in r.ttft]
-    itl = [e for r in rounds for e in r.itl]
-    return all(r.failed == 0 for r in rounds) and within_targets(ttft, itl)
+    return excess(rounds) <= 1
 
 
 def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Namespace) -> Round:
@@ -366,13 +356,7 @@ def excess(rounds: list[Round]) -> float:
     and p99 over its target (at most 1: honest); a failed call makes it infinite."""
     if any(r.failed for r in rounds):
         return math.inf
-    ratios = [
-        error_pct(errors, p) / target
-        for errors in ([e for r in rounds for e in r.ttft], [e for r in rounds for e in r.itl])
-        for p, target in ((50, P50_TARGET_MS), (99, P99_TARGET_MS))
-    ]
-    # No errors to rank (NaN: one token, no gaps) is not honest either (`honest_level`).
-    return math.inf if any(math.isnan(x) for x in ratios) else max(ratios)
+    return target_excess([e for r in rounds for e in r.ttft], [e for r in rounds for e in r.itl])
 
 
 def settled(levels: list[tuple[int, float, int]]) -> float:

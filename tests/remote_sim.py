@@ -9,8 +9,9 @@ import contextlib
 import itertools
 import subprocess
 import sys
+from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx2
 
@@ -166,3 +167,15 @@ def error_span_ms(stamps_ns: list[int], truth: TruthRecord) -> tuple[float, floa
     least = max((max(lo, -hi, 0) for lo, hi in figures), default=0)
     most = max((max(-lo, hi) for lo, hi in figures), default=0)
     return least / 1e6, most / 1e6
+
+
+def without_arrivals(record: WireRecord) -> WireRecord:
+    """The record as the loop's passes alone bound it: the kernel's arrival times (and what
+    the peeked queues held) left out."""
+    return replace(
+        record,
+        arrival_passes=array("q"),
+        arrivals_ns=array("q"),
+        arrival_events=array("i"),
+        arrival_ends=array("b"),
+    )

@@ -12,7 +12,6 @@ import selectors
 import socket
 import time
 import weakref
-from array import array
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -31,6 +30,7 @@ from remote_sim import (
     remote_simulator,
     truth_log,
     truth_of,
+    without_arrivals,
 )
 from test_metrics import DONE, T0, chat_chunk, chat_usage, make_record
 
@@ -496,15 +496,7 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
         truth = truth_of(record, truth_log(base))
     m = call_metrics(record)
     errors = [abs(e) for e in itl_errors(m, truth)] + [abs(error_of(record, m, truth).ttft)]
-    passes_only = call_metrics(
-        replace(
-            record,
-            arrival_passes=array("q"),
-            arrivals_ns=array("q"),
-            arrival_events=array("i"),
-            arrival_ends=array("b"),
-        )
-    )
+    passes_only = call_metrics(without_arrivals(record))
     assert passes_only.stamp_error_max_ms is not None and m.stamp_error_max_ms is not None
     # The holds made the passes long: alone, they bound the stamps past the target.
     assert passes_only.stamp_error_max_ms > STAMP_TARGET_MS, passes_only.stamp_error_max_ms

@@ -63,16 +63,16 @@ def whole_events(queued: bytearray, size: int, framing: Framing) -> tuple[int, b
         return (ONE_RECORD if _one_record(queued, size) else EVENTS_UNKNOWN), False
     if framing is Framing.RAW:
         return _events(queued, 0, size, True)
-    # The usual queue, one whole chunk, is read where it lies (a peek a pass on a loaded loop:
-    # copying and joining cost 2-3 us more).
-    line = queued.find(b"\r\n", 0, min(size, 20))
-    if line > 0 and _hex(digits := bytes(queued[:line])):
-        start = line + 2
-        end = start + int(digits, 16)
-        if end > start and end + 2 == size and queued[end:size] == b"\r\n":
-            return _events(queued, start, end, True)
-    data, whole = _dechunked(queued, size)
-    return _events(data, 0, len(data), whole) if data is not None else (EVENTS_UNKNOWN, False)
+    spans, whole = _chunks(queued, size)
+    if spans is None:
+        return EVENTS_UNKNOWN, False
+    if len(spans) == 1:
+        # The usual queue, one chunk, is read where it lies (a peek a pass on a loaded loop:
+        # copying and joining cost more).
+        ((start, end),) = spans
+        return _events(queued, start, end, whole)
+    data = b"".join(bytes(queued[start:end]) for start, end in spans)
+    return _events(data, 0, len(data), whole)
 
 
 def _events(data: bytes | bytearray, start: int, end: int, whole: bool) -> tuple[int, bool]:
@@ -96,11 +96,12 @@ def _hex(digits: bytes) -> bool:
     return bool(digits) and not digits.translate(None, _HEX_DIGITS)
 
 
-def _dechunked(queued: bytearray, size: int) -> tuple[bytes | None, bool]:
-    """The body's bytes in a chunked queue's first `size` bytes, walking its size lines from the
-    start, and whether the queue ended at a chunk's end (or at the body's); None where it does
-    not begin with a size line or its framing is broken."""
-    parts: list[bytes] = []
+def _chunks(queued: bytearray, size: int) -> tuple[list[tuple[int, int]] | None, bool]:
+    """Where the body's bytes lie in a chunked queue's first `size` bytes (start, end of each
+    chunk's data), walking its size lines from the start, and whether the queue ended at a
+    chunk's end (or at the body's); None where it does not begin with a size line or its
+    framing is broken."""
+    spans: list[tuple[int, int]] = []
     at = 0
     while at < size:
         line = queued.find(b"\r\n", at, size)
@@ -108,24 +109,24 @@ def _dechunked(queued: bytearray, size: int) -> tuple[bytes | None, bool]:
             head = bytes(queued[at:size])
             if not _hex(head.split(b";", 1)[0]):
                 return None, False
-            return b"".join(parts), False
+            return spans, False
         digits = bytes(queued[at:line]).split(b";", 1)[0].strip(b" \t")
         if not _hex(digits):
             return None, False
         length = int(digits, 16)
         if length == 0:  # the last chunk: trailers may follow, and nothing of the body
-            return b"".join(parts), True
+            return spans, True
         start = line + 2
         end = start + length
-        parts.append(bytes(queued[start : min(end, size)]))
+        spans.append((start, min(end, size)))
         if end + 2 > size:  # a chunk cut short, or its closing line end
             if end < size and queued[end:size] != b"\r\n"[: size - end]:
                 return None, False
-            return b"".join(parts), False
+            return spans, False
         if queued[end : end + 2] != b"\r\n":
             return None, False
         at = end + 2
-    return b"".join(parts), True
+    return spans, True
 
 
 def _one_record(queued: bytearray, size: int) -> bool:

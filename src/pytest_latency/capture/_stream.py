@@ -650,10 +650,10 @@ def _peek(
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
     one after a `long` pass, else, after a select that did not wait (`polled`), those peeked
-    every pass), copying the queue into `buffer`
-    without taking it, and note that and the events whole in it on the one attempt in flight
-    there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`, with the reader's
-    handle, for `_unread` to take back if the pass did not read it."""
+    every pass), copying the queue into `buffer` without taking it, and note that and the
+    events whole in it on the one attempt in flight there (`WireRecord.arrivals_ns`) as pass
+    `index`'s; and in `noted`, with the reader's handle, for `_unread` to take back if the pass
+    did not read it."""
     now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
