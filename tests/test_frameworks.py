@@ -14,20 +14,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import random
 import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 # Imported here so they stay loaded: pytester's in-process runs drop every module first imported
 # during a run, and importing the frameworks afresh costs seconds per inner run.
 import agents  # noqa: F401
+import httpx2
 import langchain_openai  # noqa: F401
 import pytest
 from framework_scenarios import SCENARIOS, Scenario, modes, record_calls
 from remote_sim import (
+    PACED_DECODE_MS,
     PACED_TOKENS,
     error_of,
+    paced,
     paced_simulator,
+    remote_simulator,
     truth_log,
     truth_of,
 )
@@ -199,6 +206,121 @@ def test_a_frameworks_first_call_is_flagged_not_hidden(
     if not late:  # another test of this process streamed through them first
         pytest.skip("no framework's first call was slow in this process")
     assert all(flagged for _, _, flagged in late), late
+
+
+class _GILTakenInRead:
+    """An httpcore2 network backend whose streams, once `armed`, hand the GIL to a thread that
+    keeps it ~70 ms (sorting, one C call) inside the next socket read, after the bytes came:
+    what a framework's own thread can do to a read by chance, made certain."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.armed = False
+        block = list(range(400_000))
+        random.Random(1).shuffle(block)
+        self._block = block
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        return _GILTakenStream(self, self._backend.connect_tcp(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def take_the_gil(self) -> None:
+        import threading
+
+        started = threading.Event()
+
+        def hold() -> None:
+            started.set()
+            sorted(self._block)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        started.wait()  # returns once the holder runs; the GIL comes back after its sort
+        holder.join()
+
+
+class _GILTakenStream:
+    def __init__(self, backend: _GILTakenInRead, stream: Any) -> None:
+        self._backend = backend
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data: bytes = self._stream.read(max_bytes, timeout)
+        if self._backend.armed:
+            self._backend.armed = False
+            self._backend.take_the_gil()
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@pytest.fixture(scope="module")
+def slow_prefill_sim() -> Iterator[str]:
+    """The paced stream with its first content ~40 ms after the role event (3 ms of prefill a
+    prompt token), so that a consumer back at once reads the role event alone."""
+    with remote_simulator(
+        *paced(decode_ms_per_token=PACED_DECODE_MS, output_tokens=PACED_TOKENS),
+        "--prefill-us-per-token=3000",
+    ) as base:
+        yield base
+
+
+def test_a_read_held_off_the_gil_by_another_thread_is_not_taken_for_a_wait(
+    slow_prefill_sim: str,
+) -> None:
+    """A framework's own threads (litellm starts logging threads on its first sync stream) can
+    hold the GIL while the consumer's read returns data buffered long before: the read's thread
+    sleeps, neither running nor queued for a CPU, and on its wall time and own CPU time alone
+    looked like one that waited for its data, so the first content's stamp went 328 ms late and
+    unflagged (CI). Here the consumer comes back from 80 ms away to read the first content, and
+    another thread takes the GIL inside that read. The socket held the events when the read was
+    asked for (`WireRecord.ready`), and the holder's time is noted with the read's CPU
+    (`WireRecord.read_cpu`): the call is flagged."""
+    from openai import OpenAI
+
+    sim = slow_prefill_sim
+    http = httpx2.Client()
+    backend = _GILTakenInRead(http._transport._pool._network_backend)  # type: ignore[attr-defined]
+    http._transport._pool._network_backend = backend  # type: ignore[attr-defined]
+    records: list[WireRecord] = []
+    client = capture.instrument(
+        OpenAI(base_url=f"{sim}/v1", api_key="k", http_client=http), sink=records.append
+    )
+    for _ in range(3):  # a busy machine may hold the consumer off until the content came
+        records.clear()
+        stream = client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "q"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = iter(stream)
+        next(chunks)  # the role chunk
+        time.sleep(0.080)  # the content events arrive meanwhile
+        backend.armed = True
+        for _ in chunks:
+            pass
+        (record,) = records
+        if b'"content":""' in record.reads[0][2]:  # the role event alone in the first read
+            break
+    else:
+        pytest.fail(f"the first read held content in 3 tries: {record.reads[0][2]!r}")
+    measured = call_metrics(record)
+    error = error_of(record, measured, truth_of(record, truth_log(sim))).ttft
+    assert error > MAX_BOUND_MS  # the stamp is late: the case this test is about
+    asked, arrived, _ = record.reads[1]  # the first content's
+    held_ms = (arrived - asked) / 1e6
+    assert held_ms > 20, held_ms  # the other thread held the read, or this tests nothing
+    assert 1 in record.ready, record.ready  # the events had come: the poll at the ask says so
+    cpu = dict(record.read_cpu)[1] / 1e6
+    # The holder's CPU time, in the read's (a read's own is under 1 ms; the sort's, ~70 ms
+    # alone and less of a read slowed by a busy machine's preemptions).
+    assert cpu > 10, (cpu, held_ms)
+    notes = (record.read_cpu, record.queued, record.paused)
+    assert "consumer_bound" in measured.flagged, (measured.flagged, held_ms, notes)
 
 
 # ---- as a user's suite meets them ----------------------------------------------------------------

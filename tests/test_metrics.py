@@ -992,6 +992,23 @@ def test_a_buffered_read_slowed_by_its_own_cpu_work_still_counts_as_buffered() -
     assert call_metrics(record).consumer_bound is False
 
 
+def test_a_read_asked_for_with_its_data_in_the_socket_is_buffered_however_long_it_took() -> None:
+    """A read held off the GIL by another thread looks, on its wall time, like one that waited
+    for its data. Where the poll at its ask found the socket holding bytes (`ready`), it did
+    not: its data came before the consumer, 26 ms away, asked."""
+    chunks = [
+        (60.0, chat_chunk({"role": "assistant", "content": ""})),
+        (87.0, chat_chunk({"content": "t0"})),
+        (90.0, chat_chunk({"content": "t1"})),
+    ]
+    record = make_record(CHAT_URL, chunks, waits_ms=[10.0, 1.5, 3.0])  # 1.5 ms: "it waited"
+    assert call_metrics(record).flagged == ()
+    record.ready = [1]
+    assert call_metrics(record).flagged == ("consumer_bound",)
+    record.ready = [2]  # the poll found bytes only later: the first content's read waited
+    assert call_metrics(record).flagged == ()
+
+
 # --- Plain data -----------------------------------------------------------------------------
 
 

@@ -219,13 +219,23 @@ class WireRecord:
     # and for read-ahead.
     queued: list[tuple[int, int]] = field(default_factory=list)
     # (read index, ns) for each read a sync consumer asked for after being away over AWAY_NS:
-    # the consuming thread's CPU time inside that read (`time.thread_time_ns`). A buffered read
-    # is CPU work through the HTTP stack, 0.12-0.2 ms alone but 0.3-0.5 ms in a large process
-    # (the plugin's own suite) and more under a tracer such as coverage: over WAIT_NS, so on
-    # wall time alone a consumer that was behind looked like one that waited for its data.
-    # Wall time less this is the read's wait. Not for async reads: an await runs other tasks
-    # on the same thread, whose CPU time is not the read's.
+    # the consuming thread's CPU time inside that read (`time.thread_time_ns`), plus the other
+    # threads' of the process in it, up to the read's wall time (`capture._stream.read_cpu`).
+    # A buffered read is CPU work through the HTTP stack, 0.12-0.2 ms alone but 0.3-0.5 ms in
+    # a large process (the plugin's own suite) and more under a tracer such as coverage: over
+    # WAIT_NS, so on wall time alone a consumer that was behind looked like one that waited for
+    # its data. Another thread holding the GIL keeps the read asleep as long (a framework's
+    # logging threads, 0.4 ms). Wall time less this is the read's wait. Not for async reads: an
+    # await runs other tasks on the same thread, whose CPU time is not the read's.
     read_cpu: list[tuple[int, int]] = field(default_factory=list)
+    # The index of each read a sync consumer asked for after being away over AWAY_NS while the
+    # socket already held bytes it had not read (a zero-timeout poll at the ask): the read's
+    # data came before it was asked for, whatever its wall time says. Bytes are read in order,
+    # so the next chunk is those or ones read into the HTTP stack before them. Where the wall
+    # time is all that is known, a read the GIL was held from by a thread that was itself
+    # preempted (another thread's run-queue wait is in no counter of the reader's) looked like
+    # one that waited for its data, 10 ms of 82 unexplained beside the suite's other worker.
+    ready: list[int] = field(default_factory=list)
     # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
     # long garbage collection held the process (`gc_pauses.PAUSED`) over the same span as
     # `queued`. A collection stops every thread: time the consumer could not have read in.

@@ -145,7 +145,9 @@ def _note_response(record: WireRecord, response: _Response, clock: Clock) -> boo
     return False
 
 
-def _socket_of(response: AsyncResponse, record: WireRecord) -> tuple[object, Framing]:
+def _socket_of(
+    response: SyncResponse | AsyncResponse, record: WireRecord
+) -> tuple[object, Framing]:
     """The socket the response is read from, where the transport says (httpcore's
     `network_stream` extension; None otherwise: a mock, another transport), and how it carries
     the body."""
@@ -261,8 +263,12 @@ class LatencyTransport(_Wrapper[SyncTransport]):
         finally:
             CAPTURING.reset(token)
         if not _note_response(record, response, clock):
-            stream = self.read_ahead_stream if self._read_ahead else self.timed_stream
-            response.stream = stream(response.stream, record, clock)
+            if self._read_ahead:
+                response.stream = self.read_ahead_stream(response.stream, record, clock)
+            else:
+                timed = self.timed_stream(response.stream, record, clock)
+                timed.watch_socket(_socket_of(response, record)[0])
+                response.stream = timed
         return response
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ import contextvars
 import enum
 import os
 import queue
+import select
 import selectors
 import socket
 import struct
@@ -278,6 +279,16 @@ def note_paused(record: WireRecord, index: int, since: int, away: int) -> int:
     return now
 
 
+def read_cpu(own: int, process: int, wall: int) -> int:
+    """What `WireRecord.read_cpu` notes of a read that took `wall` ns: the thread's
+    own CPU time in it, and the process's other threads' up to the rest of the read's wall time.
+    Another Python thread that holds the GIL keeps the reader off it, asleep, neither running
+    nor waiting for a CPU: litellm's first sync stream starts its logging threads, and a read of
+    an event buffered 330 ms earlier took 561 us, 178 of them its own, and looked like one that
+    had waited for its data (the first content's stamp went 328 ms late and unflagged, CI)."""
+    return own + min(max(process - own, 0), max(wall - own, 0))
+
+
 def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
     """The body's run-queue reader, for the thread that iterates it (it was opened with the
     headers, normally in the same thread; a body handed to another thread reopens, and the
@@ -321,6 +332,21 @@ class TimedBody:
         self._queue = RunQueueWait.open() if clock is time.perf_counter_ns else None
         self._since = b"" if self._queue is None else self._queue.raw()
         self._paused = PAUSED[0]
+        self._socket: select.poll | None = None
+
+    def watch_socket(self, sock: object) -> None:
+        """Poll `sock` (the socket the body is read from, where the binding knows it) at each
+        ask after an absence, noting the reads whose data had already come (`WireRecord.ready`).
+        A socket without a descriptor (closed, or of another make) is not polled."""
+        fileno = getattr(sock, "fileno", None)
+        try:
+            fd = fileno() if callable(fileno) else -1
+        except OSError:
+            fd = -1
+        if isinstance(fd, int) and fd >= 0:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            self._socket = poller
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
@@ -332,23 +358,32 @@ class TimedBody:
         since, slow, away = self._since, WAIT_NS, AWAY_NS
         paused = self._paused
         timed = clock is time.perf_counter_ns
-        cpu_time = time.thread_time_ns
+        cpu_time, process_time = time.thread_time_ns, time.process_time_ns
+        poll = None if self._socket is None else self._socket.poll
         previous = record.t_headers_ns or clock()
         try:
             while True:
                 # Stored as well: a read still in flight when the test ends is seen (+1 store).
                 record.t_asked_ns = asked = clock()
-                # After an absence, the read's own CPU time (see `WireRecord.read_cpu`): one test
-                # a chunk, two clock_gettime calls an absence.
-                # Noted only for a read that is kept, and charged to the limit (`NOTE_COST`).
-                cpu = cpu_time() if asked - previous > away and fd >= 0 and room >= 0 else -1
+                # After an absence, the CPU time inside the read, the thread's and the process's
+                # (see `WireRecord.read_cpu`): one test a chunk, four clock_gettime calls an
+                # absence. Noted only for a read that is kept, and charged to the limit
+                # (`NOTE_COST`).
+                if asked - previous > away and fd >= 0 and room >= 0:
+                    cpu, process = cpu_time(), process_time()
+                    if poll is not None and poll(0):
+                        record.ready.append(len(reads))
+                        room -= NOTE_COST
+                else:
+                    cpu = process = -1
                 try:
                     chunk = next(chunks)
                 except StopIteration:
                     break
                 arrived = clock()
                 if cpu >= 0:
-                    record.read_cpu.append((len(reads), cpu_time() - cpu))
+                    own, process = cpu_time() - cpu, process_time() - process
+                    record.read_cpu.append((len(reads), read_cpu(own, process, arrived - asked)))
                     room -= NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).

@@ -811,8 +811,13 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
     collected = dict(record.paused)
     all_reads = record.reads
 
+    ready = set(record.ready)
+
     def waited(index: int) -> int:
-        """How long read `index` waited for its data: its wall time less its own CPU time."""
+        """How long read `index` waited for its data: its wall time less its own CPU time; none
+        where its socket held unread bytes when it was asked for."""
+        if index in ready:
+            return 0
         asked, arrived, _ = all_reads[index]
         return arrived - asked - cpu.get(index, 0)
 
@@ -856,10 +861,15 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
             pace.starved_queued_ns += away - own - paused
             pace.starved_held_ns = most(pace.starved_held_ns, index)
     # Before the first content event, absence adds up: its stamp is ttft. Had the event not been
-    # there yet, the read that brought it would have waited for it and stamped its arrival.
+    # there yet, the read that brought it would have waited for it and stamped its arrival: by
+    # the rule `_held_back` takes arrivals by (over ARRIVAL_WAIT_NS, less the read's wait for a
+    # CPU and the collector). Not WAIT_NS: a read held off the GIL by another thread of the
+    # process is asleep, neither running nor queued, and where that thread's CPU time is taken
+    # off (`WireRecord.read_cpu`) 0.4-0.9 ms of a 70 ms hold was still left over, handing the
+    # GIL back and forth (litellm's first sync stream: ttft 328 ms late and unflagged, CI).
     if reads:
         first = reads[0]
-        if waited(first) < WAIT_NS:
+        if waited_for_data(first) < ARRIVAL_WAIT_NS:
             for index in range(first + 1):
                 away, paused, own = absence(index)
                 pace.first_away_ns += away
