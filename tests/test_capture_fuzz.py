@@ -280,9 +280,9 @@ def _check_kept(record: WireRecord) -> None:
     """The record holds what its keep limit allows: the reads' bytes and `READ_COST` each, the
     absence notes' `NOTE_COST` each (the read that crossed the limit was noted before it was
     found not to fit), and its real size is that charge with the request body, within 16 KiB."""
-    notes = len(record.read_cpu) + len(record.queued) + len(record.paused)
+    notes = len(record.read_cpu) + len(record.queued) + len(record.paused) + len(record.ready)
     charged = sum(len(data) + READ_COST for _, _, data in record.reads) + NOTE_COST * notes
-    assert charged <= record.keep_limit + 3 * NOTE_COST, (charged, record.keep_limit)
+    assert charged <= record.keep_limit + 4 * NOTE_COST, (charged, record.keep_limit)
     size = retained(record)
     assert size <= charged + len(record.request_body) + 16 * 1024, (size, charged)
 

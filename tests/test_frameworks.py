@@ -16,6 +16,7 @@ import gc
 import json
 import random
 import statistics
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -227,8 +228,6 @@ class _GILTakenInRead:
         return getattr(self._backend, name)
 
     def take_the_gil(self) -> None:
-        import threading
-
         started = threading.Event()
 
         def hold() -> None:
@@ -277,8 +276,7 @@ def test_a_read_held_off_the_gil_by_another_thread_is_not_taken_for_a_wait(
     looked like one that waited for its data, so the first content's stamp went 328 ms late and
     unflagged (CI). Here the consumer comes back from 80 ms away to read the first content, and
     another thread takes the GIL inside that read. The socket held the events when the read was
-    asked for (`WireRecord.ready`), and the holder's time is noted with the read's CPU
-    (`WireRecord.read_cpu`): the call is flagged."""
+    asked for (`WireRecord.ready`): the call is flagged."""
     from openai import OpenAI
 
     sim = slow_prefill_sim
@@ -289,7 +287,27 @@ def test_a_read_held_off_the_gil_by_another_thread_is_not_taken_for_a_wait(
     client = capture.instrument(
         OpenAI(base_url=f"{sim}/v1", api_key="k", http_client=http), sink=records.append
     )
-    for _ in range(3):  # a busy machine may hold the consumer off until the content came
+    with http:
+        record = _held_first_content(client, backend, records)
+    measured = call_metrics(record)
+    error = error_of(record, measured, truth_of(record, truth_log(sim))).ttft
+    assert error > MAX_BOUND_MS  # the stamp is late: the case this test is about
+    asked, arrived, _ = record.reads[1]  # the first content's
+    held_ms = (arrived - asked) / 1e6
+    assert held_ms > 20, held_ms  # the other thread held the read, or this tests nothing
+    unread = dict(record.ready).get(1, 0)  # the events had come: the socket said so at the ask
+    assert unread >= len(record.reads[1][2]), record.ready
+    notes = (record.ready, record.read_cpu, record.queued, record.paused)
+    assert "consumer_bound" in measured.flagged, (measured.flagged, held_ms, notes)
+
+
+def _held_first_content(
+    client: Any, backend: _GILTakenInRead, records: list[WireRecord]
+) -> WireRecord:
+    """The record of a stream read as the test above needs it: the role event read alone, 80
+    ms away, then the first content's read held off the GIL."""
+    first = b""
+    for _ in range(3):
         records.clear()
         stream = client.chat.completions.create(
             model="gpt-4o-mini",
@@ -304,23 +322,11 @@ def test_a_read_held_off_the_gil_by_another_thread_is_not_taken_for_a_wait(
         for _ in chunks:
             pass
         (record,) = records
-        if b'"content":""' in record.reads[0][2]:  # the role event alone in the first read
-            break
-    else:
-        pytest.fail(f"the first read held content in 3 tries: {record.reads[0][2]!r}")
-    measured = call_metrics(record)
-    error = error_of(record, measured, truth_of(record, truth_log(sim))).ttft
-    assert error > MAX_BOUND_MS  # the stamp is late: the case this test is about
-    asked, arrived, _ = record.reads[1]  # the first content's
-    held_ms = (arrived - asked) / 1e6
-    assert held_ms > 20, held_ms  # the other thread held the read, or this tests nothing
-    assert 1 in record.ready, record.ready  # the events had come: the poll at the ask says so
-    cpu = dict(record.read_cpu)[1] / 1e6
-    # The holder's CPU time, in the read's (a read's own is under 1 ms; the sort's, ~70 ms
-    # alone and less of a read slowed by a busy machine's preemptions).
-    assert cpu > 10, (cpu, held_ms)
-    notes = (record.read_cpu, record.queued, record.paused)
-    assert "consumer_bound" in measured.flagged, (measured.flagged, held_ms, notes)
+        first = record.reads[0][2]
+        # A busy machine may hold the consumer off until the content came: then try again.
+        if first.count(b"data:") == 1 and b'"content":""' in first:
+            return record
+    pytest.fail(f"the first read held more than the role event in 3 tries: {first!r}")
 
 
 # ---- as a user's suite meets them ----------------------------------------------------------------

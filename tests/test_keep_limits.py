@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import itertools
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -88,20 +89,29 @@ def test_under_the_limit_nothing_is_flagged() -> None:
 
 def test_notes_of_the_consumers_absences_are_charged_to_the_limit() -> None:
     """A test body away 1.5 ms before every read: each read kept may carry a note in `read_cpu`,
-    `queued` and `paused`, charged `NOTE_COST` each, and the reads past the limit carry none
-    (they were noted past it: 300 reads of a 2,000 B limit kept 11 and noted 299)."""
+    `queued`, `paused` and `ready` (its socket holds bytes unread throughout), charged
+    `NOTE_COST` each, and the reads past the limit carry none (they were noted past it: 300
+    reads of a 2,000 B limit kept 11 and noted 299)."""
     record = _record(2_000)
-    for _ in _stream.TimedBody([b"data: {}\n\n"] * 100, record, time.perf_counter_ns):
-        until = time.perf_counter() + 0.0015
-        while time.perf_counter() < until:
-            pass
+    body = _stream.TimedBody([b"data: {}\n\n"] * 100, record, time.perf_counter_ns)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.send(b"x" * 100)
+        body.watch_socket(ours)
+        for _ in body:
+            until = time.perf_counter() + 0.0015
+            while time.perf_counter() < until:
+                pass
     assert record.capped
-    notes = len(record.read_cpu) + len(record.queued) + len(record.paused)
+    noted = (record.read_cpu, record.queued, record.paused, record.ready)
+    if _stream.CAN_ASK_UNREAD and record.read_cpu:
+        assert record.ready and {n for _, n in record.ready} == {100}, record.ready
+    notes = sum(len(kind) for kind in noted)
     kept = sum(len(data) + READ_COST for _, _, data in record.reads)
     # The read that crossed the limit was noted before it was found not to fit.
-    assert kept + NOTE_COST * notes <= record.keep_limit + 3 * NOTE_COST, (kept, notes)
-    for noted in (record.read_cpu, record.queued, record.paused):
-        assert len(noted) <= len(record.reads) + 1
+    assert kept + NOTE_COST * notes <= record.keep_limit + 4 * NOTE_COST, (kept, notes)
+    for kind in noted:
+        assert len(kind) <= len(record.reads) + 1
 
 
 def test_a_capped_call_keeps_its_timing_up_to_the_limit() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_latency.metrics import CallMetrics, call_metrics
-from pytest_latency.wire import WireRecord
+from pytest_latency.wire import READY_SLACK_BYTES, WireRecord
 
 MS = 1_000_000  # ns
 T0 = 10_000 * MS  # an arbitrary perf_counter origin: metrics must subtract it
@@ -992,10 +992,11 @@ def test_a_buffered_read_slowed_by_its_own_cpu_work_still_counts_as_buffered() -
     assert call_metrics(record).consumer_bound is False
 
 
-def test_a_read_asked_for_with_its_data_in_the_socket_is_buffered_however_long_it_took() -> None:
+def test_reads_whose_bytes_the_socket_held_at_an_earlier_ask_are_buffered_however_long() -> None:
     """A read held off the GIL by another thread looks, on its wall time, like one that waited
-    for its data. Where the poll at its ask found the socket holding bytes (`ready`), it did
-    not: its data came before the consumer, 26 ms away, asked."""
+    for its data. Where an ask found the socket holding bytes (`ready`: read index, bytes), the
+    reads from it on whose bytes, each with READY_SLACK_BYTES, fit in those had come before the
+    consumer (26 ms away before the role event's read) asked."""
     chunks = [
         (60.0, chat_chunk({"role": "assistant", "content": ""})),
         (87.0, chat_chunk({"content": "t0"})),
@@ -1003,9 +1004,14 @@ def test_a_read_asked_for_with_its_data_in_the_socket_is_buffered_however_long_i
     ]
     record = make_record(CHAT_URL, chunks, waits_ms=[10.0, 1.5, 3.0])  # 1.5 ms: "it waited"
     assert call_metrics(record).flagged == ()
-    record.ready = [1]
+    sizes = [len(read[2]) + READY_SLACK_BYTES for read in record.reads]
+    record.ready = [(0, sizes[0] + sizes[1])]  # the role event's ask: both events had come
     assert call_metrics(record).flagged == ("consumer_bound",)
-    record.ready = [2]  # the poll found bytes only later: the first content's read waited
+    record.ready = [(0, sizes[0] + sizes[1] - 1)]  # the first content's bytes not all there
+    assert call_metrics(record).flagged == ()
+    record.ready = [(1, sizes[1])]  # at its own ask
+    assert call_metrics(record).flagged == ("consumer_bound",)
+    record.ready = [(2, 10_000), (7, 10_000)]  # only later (and an index past the reads)
     assert call_metrics(record).flagged == ()
 
 

@@ -387,7 +387,19 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             # Not after a select that waited: what it returned came while it waited.
             peek(7, long=False, polled=False)
             assert not first.arrival_passes
-            peek(7, long=False)
+            # Nor where the socket was watched for reading through the last pass's select,
+            # which did not return it: its data came since, as the passes bound it.
+            fd = client.fileno()
+            _stream._peek(ready, monitor.sockets, 7, False, noted, buffer, True, {fd: 6})  # type: ignore[arg-type]
+            assert not first.arrival_passes
+            # Registered since (anyio's receive registers it anew): what it holds may be older.
+            _stream._peek(ready, monitor.sockets, 7, False, noted, buffer, True, {fd: 7})  # type: ignore[arg-type]
+            assert list(first.arrival_passes) == [7]
+            _stream._unread(noted)
+            for kept in (first.arrival_passes, first.arrivals_ns):
+                del kept[:]
+            del first.arrival_events[:], first.arrival_ends[:]
+            peek(7, long=False)  # and where its registrations are not known
             assert list(first.arrival_passes) == [7]
             _stream._unread(noted)  # the pass read it (its reader was not cancelled): kept
             assert list(first.arrival_passes) == [7] and not noted
@@ -439,6 +451,87 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
         # Closed: a peek finds nothing and says nothing.
         peek(12)
         assert list(second.arrival_passes) == [9]
+
+    asyncio.run(main())
+
+
+def test_a_socket_peeked_every_pass_is_peeked_only_when_registered_since_the_last_select() -> None:
+    """On a busy loop (its selects poll), a captured socket of a transport that stops reading
+    between reads is peeked where it was registered for reading after the last select (its data
+    may have waited unseen), and not where it was watched through that select: the loop's
+    `register` and `modify` are timed by pass (`_time_passes`), and undone with the select."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = socket.create_server(("127.0.0.1", 0))
+        pairs = []
+        for _ in range(2):
+            client = socket.create_connection(server.getsockname())
+            peer, _ = server.accept()
+            client.setblocking(False)
+            pairs.append((client, peer))
+        (watched, watched_peer), (late, late_peer) = pairs
+        records = [_record(time.perf_counter_ns()) for _ in pairs]
+        for record in records:
+            _stream.watch_loop(record, time.perf_counter_ns)
+        selector = loop._selector  # type: ignore[attr-defined]
+        assert {"select", "register", "modify"} <= set(vars(selector))
+        stop = False
+
+        async def spin() -> None:  # keeps a callback ready: every select polls
+            while not stop:
+                await asyncio.sleep(0)
+
+        spinner = asyncio.ensure_future(spin())
+        got: list[bytes] = []
+        try:
+            for record, (client, _) in zip(records, pairs, strict=True):
+                _stream.watch_socket(record, client, Framing.RAW, every_pass=True)
+            # Kernel stamps are turned on in deferred work: wait until a peek notes one.
+            for _ in range(200):
+                late_peer.send(b".")
+                await asyncio.sleep(0.005)
+                loop.add_reader(late.fileno(), lambda: got.append(late.recv(100)))
+                await asyncio.sleep(0.002)
+                loop.remove_reader(late.fileno())
+                if records[1].arrivals_ns:
+                    break
+            assert records[1].arrivals_ns
+            for kept in (records[1].arrival_passes, records[1].arrivals_ns):
+                del kept[:]
+            del records[1].arrival_events[:], records[1].arrival_ends[:]
+            # Watched through many polls before its data comes: not peeked.
+            loop.add_reader(watched.fileno(), lambda: got.append(watched.recv(100)))
+            await asyncio.sleep(0.01)
+            watched_peer.send(b"data: w\n\n")
+            await asyncio.sleep(0.01)
+            loop.remove_reader(watched.fileno())
+            assert b"data: w\n\n" in got
+            assert not records[0].arrival_passes
+            # Its data waiting before it was registered: peeked.
+            late_peer.send(b"data: l\n\n")
+            await asyncio.sleep(0.01)
+            loop.add_reader(late.fileno(), lambda: got.append(late.recv(100)))
+            await asyncio.sleep(0.01)
+            loop.remove_reader(late.fileno())
+            assert b"data: l\n\n" in got
+            assert len(records[1].arrival_passes) == 1
+        finally:
+            stop = True
+            await spinner
+            for r in records:
+                r.t_eof_ns = time.perf_counter_ns()
+            for pair in pairs:
+                for s in pair:
+                    s.close()
+            server.close()
+        monitor = _stream.MONITORS[loop]
+        for _ in range(100):  # the monitor's next scan finds nothing in flight and stops
+            if monitor.log is None:
+                break
+            await asyncio.sleep(0.01)
+        assert monitor.log is None
+        assert not {"select", "register", "modify"} & set(vars(selector))
 
     asyncio.run(main())
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 # one event a read) takes ~50 MiB; the limit bounds the reads kept to 64 MiB / 170 B = 394,758.
 KEEP_LIMIT = 64 * 1024 * 1024
 READ_COST = 170
-# What a note of the consumer's absence costs besides (`read_cpu`, `queued`, `paused`: a 2-tuple
-# 56 B, two ints 28-32 B each, a list slot 8 B), charged to the same limit: a consumer away
-# before every read (a test body doing 2 ms of work a chunk) adds up to three notes a read, and
+# What a note of the consumer's absence costs besides (`read_cpu`, `queued`, `paused`, `ready`:
+# a 2-tuple 56 B, two ints 28-32 B each, a list slot 8 B), charged to the same limit: a consumer
+# away before every read (a test body doing 2 ms of work a chunk) adds up to four notes a read, and
 # past the limit they were kept for reads that were not. Only kept reads are noted.
 NOTE_COST = 130
 # The most a compressed body is inflated to, per call (`metrics`): a gzip bomb stops here.
@@ -50,6 +50,11 @@ DECODED_LIMIT = 64 * 1024 * 1024
 # run-queue counter around such absences (`WireRecord.queued`).
 WAIT_NS = 300_000
 AWAY_NS = 1_000_000
+# What a read may take on the wire besides its body's bytes, at most: a chunk's size line and
+# line ends (HTTP/1.1 chunked, up to 20 bytes), a TLS record's header, type and tag (22-29
+# bytes a record of TLS 1.2-1.3). `metrics` counts a read as come by an earlier ask
+# (`WireRecord.ready`) only where its bytes and this fit in what the socket held then.
+READY_SLACK_BYTES = 64
 # The most SSE events `metrics` walks per call (15-30 us each on a loaded 2-core VM: JSON,
 # classification, usage): 64 MiB of 47-byte events (1.4 M) took 22 s; at the limit 6-8 s. Twice
 # the events of a 128k-token stream.
@@ -219,23 +224,23 @@ class WireRecord:
     # and for read-ahead.
     queued: list[tuple[int, int]] = field(default_factory=list)
     # (read index, ns) for each read a sync consumer asked for after being away over AWAY_NS:
-    # the consuming thread's CPU time inside that read (`time.thread_time_ns`), plus the other
-    # threads' of the process in it, up to the read's wall time (`capture._stream.read_cpu`).
-    # A buffered read is CPU work through the HTTP stack, 0.12-0.2 ms alone but 0.3-0.5 ms in
-    # a large process (the plugin's own suite) and more under a tracer such as coverage: over
-    # WAIT_NS, so on wall time alone a consumer that was behind looked like one that waited for
-    # its data. Another thread holding the GIL keeps the read asleep as long (a framework's
-    # logging threads, 0.4 ms). Wall time less this is the read's wait. Not for async reads: an
-    # await runs other tasks on the same thread, whose CPU time is not the read's.
+    # the consuming thread's CPU time inside that read (`time.thread_time_ns`). A buffered read
+    # is CPU work through the HTTP stack, 0.12-0.2 ms alone but 0.3-0.5 ms in a large process
+    # (the plugin's own suite) and more under a tracer such as coverage: over WAIT_NS, so on
+    # wall time alone a consumer that was behind looked like one that waited for its data.
+    # Wall time less this is the read's wait. Not for async reads: an await runs other tasks
+    # on the same thread, whose CPU time is not the read's. Not the other threads': one running
+    # beside a read that waits in recv, without the GIL, would erase the wait.
     read_cpu: list[tuple[int, int]] = field(default_factory=list)
-    # The index of each read a sync consumer asked for after being away over AWAY_NS while the
-    # socket already held bytes it had not read (a zero-timeout poll at the ask): the read's
-    # data came before it was asked for, whatever its wall time says. Bytes are read in order,
-    # so the next chunk is those or ones read into the HTTP stack before them. Where the wall
-    # time is all that is known, a read the GIL was held from by a thread that was itself
-    # preempted (another thread's run-queue wait is in no counter of the reader's) looked like
-    # one that waited for its data, 10 ms of 82 unexplained beside the suite's other worker.
-    ready: list[int] = field(default_factory=list)
+    # (read index, bytes) for each read a sync consumer asked for after being away over AWAY_NS
+    # while its socket held bytes not yet read (FIONREAD at the ask; HTTP/1, whose bytes are
+    # this body's alone): those bytes had come, and the reads from that one on whose bytes fit
+    # in them had come before they were asked for, however long each took (`metrics`: each
+    # read's bytes plus `READY_SLACK_BYTES` for what framing and TLS add on the wire). On wall
+    # time, a read held off the GIL by another thread looked like one that waited for its data:
+    # litellm's first sync stream, whose logging threads held a read of an event buffered 330
+    # ms earlier for 383 us (the first content's stamp went 328 ms late and unflagged, CI).
+    ready: list[tuple[int, int]] = field(default_factory=list)
     # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
     # long garbage collection held the process (`gc_pauses.PAUSED`) over the same span as
     # `queued`. A collection stops every thread: time the consumer could not have read in.

@@ -267,7 +267,11 @@ class LatencyTransport(_Wrapper[SyncTransport]):
                 response.stream = self.read_ahead_stream(response.stream, record, clock)
             else:
                 timed = self.timed_stream(response.stream, record, clock)
-                timed.watch_socket(_socket_of(response, record)[0])
+                sock, framing = _socket_of(response, record)
+                # Its queued bytes are this body's alone: not HTTP/2's (its frames interleave
+                # streams and control) nor, to keep to one rule, a coded body's.
+                if framing is not Framing.OPAQUE:
+                    timed.watch_socket(sock)
                 response.stream = timed
         return response
 

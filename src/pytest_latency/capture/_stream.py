@@ -33,7 +33,6 @@ import contextvars
 import enum
 import os
 import queue
-import select
 import selectors
 import socket
 import struct
@@ -279,14 +278,22 @@ def note_paused(record: WireRecord, index: int, since: int, away: int) -> int:
     return now
 
 
-def read_cpu(own: int, process: int, wall: int) -> int:
-    """What `WireRecord.read_cpu` notes of a read that took `wall` ns: the thread's
-    own CPU time in it, and the process's other threads' up to the rest of the read's wall time.
-    Another Python thread that holds the GIL keeps the reader off it, asleep, neither running
-    nor waiting for a CPU: litellm's first sync stream starts its logging threads, and a read of
-    an event buffered 330 ms earlier took 561 us, 178 of them its own, and looked like one that
-    had waited for its data (the first content's stamp went 328 ms late and unflagged, CI)."""
-    return own + min(max(process - own, 0), max(wall - own, 0))
+if sys.platform != "win32":
+    import fcntl
+    import termios
+
+    def unread_bytes(fd: int) -> int:
+        """How many bytes socket `fd` holds that no one has read (FIONREAD, Linux's SIOCINQ); 0
+        where it cannot say (closed since)."""
+        try:
+            answer = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int.from_bytes(answer, sys.byteorder)
+
+    CAN_ASK_UNREAD = True
+else:  # no FIONREAD: sync bodies go without `WireRecord.ready`
+    CAN_ASK_UNREAD = False
 
 
 def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
@@ -332,21 +339,21 @@ class TimedBody:
         self._queue = RunQueueWait.open() if clock is time.perf_counter_ns else None
         self._since = b"" if self._queue is None else self._queue.raw()
         self._paused = PAUSED[0]
-        self._socket: select.poll | None = None
+        self._socket = -1
 
     def watch_socket(self, sock: object) -> None:
-        """Poll `sock` (the socket the body is read from, where the binding knows it) at each
-        ask after an absence, noting the reads whose data had already come (`WireRecord.ready`).
-        A socket without a descriptor (closed, or of another make) is not polled."""
-        fileno = getattr(sock, "fileno", None)
+        """Ask `sock` (the socket the body is read from, where the binding knows it and its
+        bytes are this body's alone: HTTP/1) how many bytes it holds unread at each ask after
+        an absence (`WireRecord.ready`). Not where the platform cannot ask (no FIONREAD), nor
+        of a socket without a descriptor."""
+        if not CAN_ASK_UNREAD:
+            return
         try:
-            fd = fileno() if callable(fileno) else -1
-        except OSError:
-            fd = -1
+            fd = sock.fileno()  # type: ignore[attr-defined]  # a socket of any make, or none
+        except Exception:
+            return
         if isinstance(fd, int) and fd >= 0:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            self._socket = poller
+            self._socket = fd
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
@@ -358,33 +365,32 @@ class TimedBody:
         since, slow, away = self._since, WAIT_NS, AWAY_NS
         paused = self._paused
         timed = clock is time.perf_counter_ns
-        cpu_time, process_time = time.thread_time_ns, time.process_time_ns
-        poll = None if self._socket is None else self._socket.poll
+        cpu_time = time.thread_time_ns
+        sock = self._socket
         previous = record.t_headers_ns or clock()
         try:
             while True:
                 # Stored as well: a read still in flight when the test ends is seen (+1 store).
                 record.t_asked_ns = asked = clock()
-                # After an absence, the CPU time inside the read, the thread's and the process's
-                # (see `WireRecord.read_cpu`): one test a chunk, four clock_gettime calls an
-                # absence. Noted only for a read that is kept, and charged to the limit
-                # (`NOTE_COST`).
+                # After an absence, the read's own CPU time (see `WireRecord.read_cpu`) and the
+                # bytes its socket held (`WireRecord.ready`): one test a chunk, two clock_gettime
+                # calls and an ioctl an absence. Noted only for a read that is kept, and charged
+                # to the limit (`NOTE_COST`).
                 if asked - previous > away and fd >= 0 and room >= 0:
-                    cpu, process = cpu_time(), process_time()
-                    if poll is not None and poll(0):
-                        record.ready.append(len(reads))
-                        room -= NOTE_COST
+                    cpu, unread = cpu_time(), unread_bytes(sock) if sock >= 0 else 0
                 else:
-                    cpu = process = -1
+                    cpu = unread = -1
                 try:
                     chunk = next(chunks)
                 except StopIteration:
                     break
                 arrived = clock()
                 if cpu >= 0:
-                    own, process = cpu_time() - cpu, process_time() - process
-                    record.read_cpu.append((len(reads), read_cpu(own, process, arrived - asked)))
+                    record.read_cpu.append((len(reads), cpu_time() - cpu))
                     room -= NOTE_COST
+                    if unread > 0:
+                        record.ready.append((len(reads), unread))
+                        room -= NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
                 if arrived - previous > slow and timed and room >= 0:
@@ -682,18 +688,27 @@ def _peek(
     noted: list[tuple[WireRecord, object, int]],
     buffer: bytearray,
     polled: bool = True,
+    watched_since: dict[int, int] | None = None,
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
     one after a `long` pass, else, after a select that did not wait (`polled`), those peeked
-    every pass), copying the queue into `buffer` without taking it, and note that and the
-    events whole in it on the one attempt in flight there (`WireRecord.arrivals_ns`) as pass
-    `index`'s; and in `noted`, with the reader's handle, for `_unread` to take back if the pass
-    did not read it."""
+    every pass that were not watched for reading through the pass before: `watched_since`,
+    each descriptor's pass of its last registration for reading, None for unknown), copying
+    the queue into `buffer` without taking it, and note that and the events whole in it on the
+    one attempt in flight there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`,
+    with the reader's handle, for `_unread` to take back if the pass did not read it."""
     now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
-        if peer is None or not (long or (polled and peer.every_pass)):
+        if peer is None:
             continue
+        if not long:
+            # A socket watched through the last select, which did not return it, had no data
+            # then: what it has now came since, as the passes bound it.
+            if not (polled and peer.every_pass):
+                continue
+            if watched_since is not None and watched_since.get(key.fd, index) < index:
+                continue
         if not wall:  # the kernel's stamps are wall-clock
             now, wall = time.perf_counter_ns(), time.time_ns()
         try:
@@ -780,7 +795,7 @@ def _time_passes(
     # A proactor loop keeps its IocpProactor there, whose select is not a readiness poll.
     if not isinstance(selector, selectors.BaseSelector):
         return None
-    if "select" in getattr(selector, "__dict__", ()):
+    if {"select", "register", "modify"} & set(getattr(selector, "__dict__", ())):
         return None
     select = selector.select
     readies, earliest, clock = log.readies_ns.append, log.earliest_ns.append, time.perf_counter_ns
@@ -791,6 +806,24 @@ def _time_passes(
     Ready = list[tuple[selectors.SelectorKey, int]]
     noted: list[tuple[WireRecord, object, int]] = []  # the last pass's arrivals (`_peek`)
     buffer = bytearray(PEEK_BYTES)  # this loop's peeks' (one thread's: no other writes it)
+    # The pass each descriptor was last registered for reading before (`register`, `modify`):
+    # anyio's transports register their socket at each receive and drop it after, so a socket
+    # registered before the last pass's select was watched through it (`_peek`).
+    watched_since: dict[int, int] = {}
+    register, modify = selector.register, selector.modify
+
+    def registering(fileobj: object, events: int, data: object = None) -> selectors.SelectorKey:
+        key = register(fileobj, events, data)  # type: ignore[arg-type]  # as the selector takes
+        if events & selectors.EVENT_READ:
+            watched_since[key.fd] = len(passes)
+        return key
+
+    def modifying(fileobj: object, events: int, data: object = None) -> selectors.SelectorKey:
+        before = selector.get_key(fileobj)  # type: ignore[arg-type]
+        key = modify(fileobj, events, data)  # type: ignore[arg-type]
+        if events & selectors.EVENT_READ and not before.events & selectors.EVENT_READ:
+            watched_since[key.fd] = len(passes)
+        return key
 
     def timed(timeout: float | None = None) -> Ready:
         if noted:
@@ -820,7 +853,16 @@ def _time_passes(
             # before would have ended the wait at once): its bound is tight, and a transport's
             # pause in reading hid nothing. Only a poll can return data that waited unseen.
             long = now - first > PEEK_AFTER_NS
-            _peek(ready, sockets, len(passes), long, noted, buffer, polled=not woke)
+            _peek(
+                ready,
+                sockets,
+                len(passes),
+                long,
+                noted,
+                buffer,
+                polled=not woke,
+                watched_since=watched_since,
+            )
         earliest(first)
         wokens(woken)
         readies(now)
@@ -829,12 +871,16 @@ def _time_passes(
 
     try:
         selector.select = timed  # type: ignore[method-assign]  # on the instance, undone below
+        selector.register = registering  # type: ignore[method-assign]
+        selector.modify = modifying  # type: ignore[method-assign]
     except AttributeError:  # a selector with __slots__
         return None
 
     def undo() -> None:
-        if vars(selector).get("select") is timed:
-            del selector.select
+        own = vars(selector)
+        for name, wrapper in (("select", timed), ("register", registering), ("modify", modifying)):
+            if own.get(name) is wrapper:
+                delattr(selector, name)
 
     return undo
 

@@ -38,6 +38,7 @@ from pytest_latency.wire import (
     DECODED_LIMIT,
     ONE_RECORD,
     READ_COST,
+    READY_SLACK_BYTES,
     WAIT_NS,
     LoopLag,
     WireRecord,
@@ -811,12 +812,12 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
     collected = dict(record.paused)
     all_reads = record.reads
 
-    ready = set(record.ready)
+    come = _come_before_asked(record)
 
     def waited(index: int) -> int:
         """How long read `index` waited for its data: its wall time less its own CPU time; none
-        where its socket held unread bytes when it was asked for."""
-        if index in ready:
+        where its bytes had come before it was asked for (`_come_before_asked`)."""
+        if come[index]:
             return 0
         asked, arrived, _ = all_reads[index]
         return arrived - asked - cpu.get(index, 0)
@@ -861,21 +862,35 @@ def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
             pace.starved_queued_ns += away - own - paused
             pace.starved_held_ns = most(pace.starved_held_ns, index)
     # Before the first content event, absence adds up: its stamp is ttft. Had the event not been
-    # there yet, the read that brought it would have waited for it and stamped its arrival: by
-    # the rule `_held_back` takes arrivals by (over ARRIVAL_WAIT_NS, less the read's wait for a
-    # CPU and the collector). Not WAIT_NS: a read held off the GIL by another thread of the
-    # process is asleep, neither running nor queued, and where that thread's CPU time is taken
-    # off (`WireRecord.read_cpu`) 0.4-0.9 ms of a 70 ms hold was still left over, handing the
-    # GIL back and forth (litellm's first sync stream: ttft 328 ms late and unflagged, CI).
+    # there yet, the read that brought it would have waited for it and stamped its arrival.
     if reads:
         first = reads[0]
-        if waited_for_data(first) < ARRIVAL_WAIT_NS:
+        if waited(first) < WAIT_NS:
             for index in range(first + 1):
                 away, paused, own = absence(index)
                 pace.first_away_ns += away
                 pace.first_paused_ns += paused
                 pace.first_own_ns += own
     return pace
+
+
+def _come_before_asked(record: WireRecord) -> bytearray:
+    """1 for each read whose bytes had come before it was asked for, by the socket's word
+    (`WireRecord.ready`): from each read whose ask found bytes unread, it and the reads after
+    it whose bytes, each with `READY_SLACK_BYTES` for the wire's framing, fit in them."""
+    reads = record.reads
+    come = bytearray(len(reads))
+    if not record.ready:
+        return come
+    ends = [0, *itertools.accumulate(len(read[2]) + READY_SLACK_BYTES for read in reads)]
+    for index, unread in record.ready:
+        if not 0 <= index < len(reads):
+            continue
+        # The last read whose bytes end within `unread` of where read `index`'s begin.
+        last = bisect.bisect_right(ends, ends[index] + unread) - 2
+        if last >= index:
+            come[index : last + 1] = b"\x01" * (last + 1 - index)
+    return come
 
 
 def _held_back(
