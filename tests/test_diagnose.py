@@ -269,6 +269,18 @@ def test_consumer_bound_and_summary_lines() -> None:
     assert diagnose.summary_lines(group)[0].startswith("[model=m] consumer_bound:")
 
 
+def test_the_saturated_finding_says_the_figure_its_data_holds() -> None:
+    """Rounded to whole ms in the text, a call 5.3 ms late read "up to 5 ms late (over 5 ms)";
+    the text and the data now carry one figure."""
+    calls = [
+        dataclasses.replace(make_call(), client_saturated=True, stamp_error_max_ms=late)
+        for late in (5.26, 3.0)
+    ] + [make_call()]
+    (found,) = [f for f in diagnose.diagnose_calls(calls) if f.kind == "client_saturated"]
+    assert found.evidence == {"calls": 2, "of": 3, "stamps_late_ms": 5.3}
+    assert "up to 5.3 ms late (over 5 ms)" in found.message, found.message
+
+
 def test_too_few_samples_for_a_percentile_budget() -> None:
     # Twenty values cannot bound a p99 from above: the verdict stayed inconclusive.
     budgets = [
