@@ -51,9 +51,9 @@ DECODED_LIMIT = 64 * 1024 * 1024
 WAIT_NS = 300_000
 AWAY_NS = 1_000_000
 # What a read may take on the wire besides its body's bytes, at most: a chunk's size line and
-# line ends (HTTP/1.1 chunked, up to 20 bytes), a TLS record's header, type and tag (22-29
-# bytes a record of TLS 1.2-1.3). `metrics` counts a read as come by an earlier ask
-# (`WireRecord.ready`) only where its bytes and this fit in what the socket held then.
+# line ends (HTTP/1.1 chunked, up to 20 bytes; chunk extensions longer than 44 bytes are not
+# allowed for). `metrics` counts a read as come by an earlier ask (`WireRecord.ready`, HTTP/1 in
+# the clear) only where its bytes and this fit in what the socket held then.
 READY_SLACK_BYTES = 64
 # The most SSE events `metrics` walks per call (15-30 us each on a loaded 2-core VM: JSON,
 # classification, usage): 64 MiB of 47-byte events (1.4 M) took 22 s; at the limit 6-8 s. Twice
@@ -233,8 +233,9 @@ class WireRecord:
     # beside a read that waits in recv, without the GIL, would erase the wait.
     read_cpu: list[tuple[int, int]] = field(default_factory=list)
     # (read index, bytes) for each read a sync consumer asked for after being away over AWAY_NS
-    # while its socket held bytes not yet read (FIONREAD at the ask; HTTP/1, whose bytes are
-    # this body's alone): those bytes had come, and the reads from that one on whose bytes fit
+    # while its socket held bytes not yet read (FIONREAD at the ask; HTTP/1 in the clear, whose
+    # bytes are this body's alone and as written: TLS's are not readable until a whole record
+    # is in): those bytes had come, and the reads from that one on whose bytes fit
     # in them had come before they were asked for, however long each took (`metrics`: each
     # read's bytes plus `READY_SLACK_BYTES` for what framing and TLS add on the wire). On wall
     # time, a read held off the GIL by another thread looked like one that waited for its data:

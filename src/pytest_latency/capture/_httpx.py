@@ -268,9 +268,11 @@ class LatencyTransport(_Wrapper[SyncTransport]):
             else:
                 timed = self.timed_stream(response.stream, record, clock)
                 sock, framing = _socket_of(response, record)
-                # Its queued bytes are this body's alone: not HTTP/2's (its frames interleave
-                # streams and control) nor, to keep to one rule, a coded body's.
-                if framing is not Framing.OPAQUE:
+                # Its queued bytes are this body's alone and as the server wrote them: not
+                # HTTP/2's (its frames interleave streams and control), nor TLS's (no byte of a
+                # record can be read until all of it is there), nor, to keep to one rule, a
+                # coded body's.
+                if framing in (Framing.RAW, Framing.CHUNKED):
                     timed.watch_socket(sock)
                 response.stream = timed
         return response

@@ -278,22 +278,26 @@ def note_paused(record: WireRecord, index: int, since: int, away: int) -> int:
     return now
 
 
-if sys.platform != "win32":
+try:  # POSIX; not Windows, nor wasi or emscripten
     import fcntl
     import termios
 
-    def unread_bytes(fd: int) -> int:
-        """How many bytes socket `fd` holds that no one has read (FIONREAD, Linux's SIOCINQ); 0
-        where it cannot say (closed since)."""
-        try:
-            answer = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-        except OSError:
-            return 0
-        return int.from_bytes(answer, sys.byteorder)
+    _FIONREAD: int | None = termios.FIONREAD
+except (ImportError, AttributeError):
+    _FIONREAD = None
+CAN_ASK_UNREAD = _FIONREAD is not None
 
-    CAN_ASK_UNREAD = True
-else:  # no FIONREAD: sync bodies go without `WireRecord.ready`
-    CAN_ASK_UNREAD = False
+
+def unread_bytes(fd: int) -> int:
+    """How many bytes socket `fd` holds that no one has read (FIONREAD, Linux's SIOCINQ); 0
+    where it cannot say (closed since, or no FIONREAD here)."""
+    if _FIONREAD is None:
+        return 0
+    try:
+        answer = fcntl.ioctl(fd, _FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int.from_bytes(answer, sys.byteorder)
 
 
 def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
@@ -343,9 +347,9 @@ class TimedBody:
 
     def watch_socket(self, sock: object) -> None:
         """Ask `sock` (the socket the body is read from, where the binding knows it and its
-        bytes are this body's alone: HTTP/1) how many bytes it holds unread at each ask after
-        an absence (`WireRecord.ready`). Not where the platform cannot ask (no FIONREAD), nor
-        of a socket without a descriptor."""
+        bytes are this body's alone and as the server wrote them: HTTP/1 in the clear) how many
+        bytes it holds unread at each ask after an absence (`WireRecord.ready`). Not where the
+        platform cannot ask (no FIONREAD), nor of a socket without a descriptor."""
         if not CAN_ASK_UNREAD:
             return
         try:
@@ -376,10 +380,11 @@ class TimedBody:
                 # bytes its socket held (`WireRecord.ready`): one test a chunk, two clock_gettime
                 # calls and an ioctl an absence. Noted only for a read that is kept, and charged
                 # to the limit (`NOTE_COST`).
-                if asked - previous > away and fd >= 0 and room >= 0:
-                    cpu, unread = cpu_time(), unread_bytes(sock) if sock >= 0 else 0
+                if asked - previous > away and room >= 0:
+                    cpu = cpu_time() if fd >= 0 else -1
+                    unread = unread_bytes(sock) if sock >= 0 and timed else 0
                 else:
-                    cpu = unread = -1
+                    cpu, unread = -1, 0
                 try:
                     chunk = next(chunks)
                 except StopIteration:
@@ -388,9 +393,9 @@ class TimedBody:
                 if cpu >= 0:
                     record.read_cpu.append((len(reads), cpu_time() - cpu))
                     room -= NOTE_COST
-                    if unread > 0:
-                        record.ready.append((len(reads), unread))
-                        room -= NOTE_COST
+                if unread > 0:
+                    record.ready.append((len(reads), unread))
+                    room -= NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
                 if arrived - previous > slow and timed and room >= 0:
@@ -689,11 +694,14 @@ def _peek(
     buffer: bytearray,
     polled: bool = True,
     watched_since: dict[int, int] | None = None,
+    returned_before: frozenset[int] | set[int] = frozenset(),
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
     one after a `long` pass, else, after a select that did not wait (`polled`), those peeked
-    every pass that were not watched for reading through the pass before: `watched_since`,
-    each descriptor's pass of its last registration for reading, None for unknown), copying
+    every pass that were not watched for reading through the pass before, or were returned
+    by it (`watched_since`, each descriptor's pass of its last registration for reading, None
+    for unknown; `returned_before`, the descriptors the last select returned: its reader may
+    have left data behind, asyncio's taking 256 KiB at most, or failed), copying
     the queue into `buffer` without taking it, and note that and the events whole in it on the
     one attempt in flight there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`,
     with the reader's handle, for `_unread` to take back if the pass did not read it."""
@@ -704,10 +712,16 @@ def _peek(
             continue
         if not long:
             # A socket watched through the last select, which did not return it, had no data
-            # then: what it has now came since, as the passes bound it.
+            # then: what it has now came since, as the passes bound it. (anyio over TLS pauses
+            # only the TLS layer, and its socket stays registered: data read from it and held
+            # there is not the kernel's to tell of.)
             if not (polled and peer.every_pass):
                 continue
-            if watched_since is not None and watched_since.get(key.fd, index) < index:
+            if (
+                watched_since is not None
+                and watched_since.get(key.fd, index) < index
+                and key.fd not in returned_before
+            ):
                 continue
         if not wall:  # the kernel's stamps are wall-clock
             now, wall = time.perf_counter_ns(), time.time_ns()
@@ -795,7 +809,7 @@ def _time_passes(
     # A proactor loop keeps its IocpProactor there, whose select is not a readiness poll.
     if not isinstance(selector, selectors.BaseSelector):
         return None
-    if {"select", "register", "modify"} & set(getattr(selector, "__dict__", ())):
+    if "select" in getattr(selector, "__dict__", ()):
         return None
     select = selector.select
     readies, earliest, clock = log.readies_ns.append, log.earliest_ns.append, time.perf_counter_ns
@@ -809,19 +823,24 @@ def _time_passes(
     # The pass each descriptor was last registered for reading before (`register`, `modify`):
     # anyio's transports register their socket at each receive and drop it after, so a socket
     # registered before the last pass's select was watched through it (`_peek`).
-    watched_since: dict[int, int] = {}
+    watched_since: dict[int, int] | None = {}
+    returned: list[set[int]] = [set()]  # the descriptors the last select returned
     register, modify = selector.register, selector.modify
 
     def registering(fileobj: object, events: int, data: object = None) -> selectors.SelectorKey:
         key = register(fileobj, events, data)  # type: ignore[arg-type]  # as the selector takes
-        if events & selectors.EVENT_READ:
+        if events & selectors.EVENT_READ and watched_since is not None:
             watched_since[key.fd] = len(passes)
         return key
 
     def modifying(fileobj: object, events: int, data: object = None) -> selectors.SelectorKey:
-        before = selector.get_key(fileobj)  # type: ignore[arg-type]
+        try:
+            was = selector.get_key(fileobj).events  # type: ignore[arg-type]
+        except (KeyError, RuntimeError, ValueError):  # modify says why, as it would have
+            was = 0
         key = modify(fileobj, events, data)  # type: ignore[arg-type]
-        if events & selectors.EVENT_READ and not before.events & selectors.EVENT_READ:
+        newly = events & selectors.EVENT_READ and not was & selectors.EVENT_READ
+        if newly and watched_since is not None:
             watched_since[key.fd] = len(passes)
         return key
 
@@ -862,7 +881,9 @@ def _time_passes(
                 buffer,
                 polled=not woke,
                 watched_since=watched_since,
+                returned_before=returned[0],
             )
+        returned[0] = {key.fd for key, _ in ready} if sockets else set()
         earliest(first)
         wokens(woken)
         readies(now)
@@ -871,8 +892,13 @@ def _time_passes(
 
     try:
         selector.select = timed  # type: ignore[method-assign]  # on the instance, undone below
-        selector.register = registering  # type: ignore[method-assign]
-        selector.modify = modifying  # type: ignore[method-assign]
+        if {"register", "modify"} & set(vars(selector)):
+            # Another tool's wrappers: the passes are timed, but registrations are not known,
+            # so sockets peeked every pass are peeked on every poll.
+            watched_since = None
+        else:
+            selector.register = registering  # type: ignore[method-assign]
+            selector.modify = modifying  # type: ignore[method-assign]
     except AttributeError:  # a selector with __slots__
         return None
 
