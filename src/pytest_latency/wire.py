@@ -237,7 +237,7 @@ class WireRecord:
     # bytes are this body's alone and as written: TLS's are not readable until a whole record
     # is in): those bytes had come, and the reads from that one on whose bytes fit
     # in them had come before they were asked for, however long each took (`metrics`: each
-    # read's bytes plus `READY_SLACK_BYTES` for what framing and TLS add on the wire). On wall
+    # read's bytes plus `READY_SLACK_BYTES` for what chunked framing adds on the wire). On wall
     # time, a read held off the GIL by another thread looked like one that waited for its data:
     # litellm's first sync stream, whose logging threads held a read of an event buffered 330
     # ms earlier for 383 us (the first content's stamp went 328 ms late and unflagged, CI).
