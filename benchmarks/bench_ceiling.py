@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import inspect
 import json
@@ -48,6 +49,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx2
@@ -55,6 +57,8 @@ from _common import P50_TARGET_MS, P99_TARGET_MS, ROOT, error_pct, load, spawn_s
 from remote_sim import error_span_ms, paced, truth_log, without_arrivals
 
 from pytest_latency.metrics import STAMP_TARGET_MS
+from pytest_latency.stats import percentile_estimate
+from pytest_latency.verdicts import CONFIDENCE
 
 COMMAND = "python benchmarks/bench_ceiling.py"
 VARIANTS = (
@@ -284,13 +288,6 @@ class Round:
         return excess([self]) <= 1
 
 
-def honest_level(rounds: list[Round]) -> bool:
-    """A level is honest when its rounds' errors, pooled, are within the targets: a p99 over
-    every round's gaps, not the worst of each round's own (one round's p99 rests on its 5-10
-    worst gaps; a level's verdict on one round's was decided by a single late read)."""
-    return excess(rounds) <= 1
-
-
 def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Namespace) -> Round:
     start_at = time.perf_counter() + args.startup_s
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -353,10 +350,39 @@ def show(r: Round) -> None:
 
 def excess(rounds: list[Round]) -> float:
     """How far a level's rounds, pooled, are from the targets: the largest of each error's p50
-    and p99 over its target (at most 1: honest); a failed call makes it infinite."""
+    and p99 over its target (at most 1: honest); a failed call makes it infinite. Pooled: a
+    p99 over every round's gaps, not the worst of each round's own (one round's p99 rests on
+    its 5-10 worst gaps)."""
     if any(r.failed for r in rounds):
         return math.inf
     return target_excess([e for r in rounds for e in r.ttft], [e for r in rounds for e in r.itl])
+
+
+def shown_excess(rounds: list[Round]) -> float:
+    """`excess`, as a budget gate judges it: each error's p50 and p99 at the lower bound of its
+    confidence interval (`stats.percentile_estimate` at the gate's `verdicts.CONFIDENCE`), over
+    its target. Over 1 where the pooled errors are *shown* over a target, as
+    `ttft_error.p99 < 5ms` would fail; a point p99 just over it is not. Why both: at 35
+    streams a level's pooled ttft p99 over three rounds is its 2nd-worst call of 105, so one
+    stall of the machine's decides it; the lower bound is the 4th-worst. The same judge for
+    every variant, bare or not."""
+    if any(r.failed for r in rounds):
+        return math.inf
+    worst = 0.0
+    for errors in ([e for r in rounds for e in r.ttft], [e for r in rounds for e in r.itl]):
+        if not errors:
+            return math.inf
+        size = [abs(e) for e in errors]
+        for p, target in ((50, P50_TARGET_MS), (99, P99_TARGET_MS)):
+            worst = max(worst, percentile_estimate(size, p, CONFIDENCE).low / target)
+    return worst
+
+
+JUDGES: dict[str, Callable[[list[Round]], float]] = {"point": excess, "shown": shown_excess}
+JUDGED_BY = {
+    "point": "each p50 and p99 as estimated",
+    "shown": f"each p50's and p99's lower {CONFIDENCE:.0%} confidence bound (as a gate fails)",
+}
 
 
 def settled(levels: list[tuple[int, float, int]]) -> float:
@@ -389,17 +415,13 @@ def settled(levels: list[tuple[int, float, int]]) -> float:
     return float(streams[-1]) if streams else 0.0
 
 
-def ladder(
-    base: str, variants: list[str], workers: int, args: argparse.Namespace
-) -> tuple[dict[str, int], dict[str, float]]:
+def ladder(base: str, variants: list[str], workers: int, args: argparse.Namespace) -> None:
     """Each variant up `--streams`, interleaved level by level (the variants' order shuffled at
-    each level), until it is not honest at `--confirm` levels in a row. Its ceiling is the
-    level below the first it was not honest at; its settled ceiling, the fit over every level
-    it ran (`settled`)."""
-    ceiling = dict.fromkeys(variants, 0)
-    failed = dict.fromkeys(variants, 0)  # levels in a row not honest
-    broken: set[str] = set()  # not honest at some level: the ceiling stays below it
-    measured: dict[str, list[tuple[int, float, int]]] = {v: [] for v in variants}
+    each level), until its errors are shown over the targets (`shown_excess`) at `--confirm`
+    levels in a row; every round goes to ROUNDS, judged after by `ceilings`. (A level shown over
+    is over by the point estimate too, so stopping on the first leaves the point judge every
+    level it needs.)"""
+    failed = dict.fromkeys(variants, 0)  # levels in a row shown over the targets
     climbing = list(variants)
     rng = random.Random(7)
     for n in args.streams:
@@ -412,19 +434,32 @@ def ladder(
             rounds.setdefault(variant, []).append(r)
             ROUNDS.append(r)
         for variant, done in rounds.items():
-            measured[variant].append((n, excess(done), len(done)))
-            if honest_level(done):
-                failed[variant] = 0
-                if variant not in broken:
-                    ceiling[variant] = n
-            else:
-                broken.add(variant)
-                failed[variant] += 1
-                if failed[variant] >= args.confirm:
-                    climbing.remove(variant)
+            failed[variant] = 0 if shown_excess(done) <= 1 else failed[variant] + 1
+            if failed[variant] >= args.confirm:
+                climbing.remove(variant)
         if not climbing:
             break
-    return ceiling, {v: settled(m) for v, m in measured.items()}
+
+
+def ceilings(
+    rounds: list[Round], judge: Callable[[list[Round]], float]
+) -> dict[tuple[str, int], tuple[int, float]]:
+    """Each (variant, workers)'s ceiling under `judge` from its rounds, a level's pooled: the
+    level below the first it was not honest at (strict), and the fit over every level it ran
+    (`settled`)."""
+    levels: dict[tuple[str, int], dict[int, list[Round]]] = {}
+    for r in rounds:
+        levels.setdefault((r.variant, r.workers), {}).setdefault(r.n, []).append(r)
+    out: dict[tuple[str, int], tuple[int, float]] = {}
+    for key, by_n in levels.items():
+        measured = [(n, judge(done), len(done)) for n, done in sorted(by_n.items())]
+        strict = 0
+        for n, e, _ in measured:
+            if e > 1:
+                break
+            strict = n
+        out[key] = strict, settled(measured)
+    return out
 
 
 def _ratio(a: float, b: float) -> str:
@@ -448,6 +483,82 @@ def _agreement(calls: list[Seen], signal: str, threshold: float) -> str:
     return f"{hits} late calls, misses {misses}, flags {alarms} calls within the target"
 
 
+HEAD = (
+    f"{'variant':>18} {'-n':>2} {'streams':>5} {'ok':>9} {'ttft p50/p99':>14} "
+    f"{'itl p50/p99':>14} {'honest':>6} {'flagged late':>13} {'load':>6}"
+)
+
+
+def _run(variants: list[str], args: argparse.Namespace) -> None:
+    """The simulator in its own process, each variant's ladder on one worker, then
+    `--workers-variant`'s on each of `--workers`."""
+    sim = [sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0"]
+    proc, base = spawn_sim(
+        [*sim, *paced(decode_ms_per_token=args.itl_ms, output_tokens=args.tokens)]
+    )
+    try:
+        print("\n" + HEAD)
+        ladder(base, variants, 1, args)
+        # The workers variant's -n 1 rounds are its own ladder's, when it ran one.
+        more = [w for w in args.workers if w > 1 or args.workers_variant not in variants]
+        if more:
+            print("\n" + HEAD)
+            for w in more:
+                ladder(base, [args.workers_variant], w, args)
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(f"\nload average at the end: {load()}")
+
+
+def _read_rounds(path: Path) -> list[Round]:
+    """The rounds a `--save` wrote, to judge again without running them."""
+    rounds = []
+    for d in json.loads(path.read_text()):
+        d["calls_seen"] = [Seen(*c) for c in d["calls_seen"]]
+        d["misses"] = [tuple(m) for m in d["misses"]]
+        d["false_kinds"] = Counter(d["false_kinds"])
+        rounds.append(Round(**d))
+    return rounds
+
+
+def _summary(
+    name: str, judge: Callable[[list[Round]], float], variants: list[str], by_workers: str
+) -> None:
+    """The ceilings under one judge: per variant on one worker, as ratios to the reference and
+    to its own bare client; then the workers variant's over each worker count."""
+    found = ceilings(ROUNDS, judge)
+    ref, ref_fit = found.get((REFERENCE, 1), (0, 0.0))
+    print(
+        f"\nhonest ceiling per process (streams), judged by {JUDGED_BY[name]}: "
+        f"the level below the first not honest, and settled (the fit over every level run, "
+        f"interpolated); each as a ratio to {REFERENCE}'s ({ref}, {ref_fit:.0f}), and "
+        "instrumented / uninstrumented:"
+    )
+    for variant in variants:
+        if (variant, 1) not in found:
+            continue
+        strict, fit = found[variant, 1]
+        line = (
+            f"  {variant:>18}: {strict:>4} {_ratio(strict, ref):>5}   "
+            f"settled {fit:6.1f} {_ratio(fit, ref_fit):>5}"
+        )
+        bare = variant.removesuffix("+capture")
+        if bare != variant and (bare, 1) in found:
+            bare_strict, bare_fit = found[bare, 1]
+            line += (
+                f"   instrumented / uninstrumented {_ratio(strict, bare_strict):>5}, "
+                f"settled {_ratio(fit, bare_fit):>5}"
+            )
+        print(line)
+    for (variant, w), (strict, fit) in sorted(found.items()):
+        if variant == by_workers and any(r.workers > 1 for r in ROUNDS):
+            print(
+                f"  {variant} across -n {w} worker process(es): {strict} streams in all, "
+                f"settled {fit:.1f}"
+            )
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         variant, n, base, start_at, ramp_s = sys.argv[2:7]
@@ -467,6 +578,8 @@ def main() -> int:
         "--confirm", type=int, default=2, help="levels in a row not honest that end a ladder"
     )
     ap.add_argument("--quick", action="store_true", help="10 50 100 200, one round each")
+    ap.add_argument("--save", type=Path, help="write every round's errors here (JSON)")
+    ap.add_argument("--load", type=Path, help="judge the rounds a --save wrote; run nothing")
     args = ap.parse_args()
     if args.quick:
         args.streams, args.repeats = [10, 50, 100, 200], 1
@@ -476,51 +589,18 @@ def main() -> int:
     print(f"each stream: {args.tokens} tokens at {args.itl_ms} ms (one event a token), starts "
           f"over {args.ramp_s} s; error = stamp - server send, ms; honest: ttft and itl |error| "
           f"p50 <= {P50_TARGET_MS}, p99 <= {P99_TARGET_MS}")  # fmt: skip
-    sim = [sys.executable, "-m", "pytest_latency.cli", "sim", "--port", "0"]
-    proc, base = spawn_sim(
-        [*sim, *paced(decode_ms_per_token=args.itl_ms, output_tokens=args.tokens)]
-    )
-    head = (
-        f"{'variant':>18} {'-n':>2} {'streams':>5} {'ok':>9} {'ttft p50/p99':>14} "
-        f"{'itl p50/p99':>14} {'honest':>6} {'flagged late':>13} {'load':>6}"
-    )
-    try:
-        print("\n" + head)
-        variants = list(dict.fromkeys([REFERENCE, *args.variants]))
-        ceiling, fit = ladder(base, variants, 1, args)
-        by_workers: dict[int, tuple[int, float]] = {}
-        if args.workers:
-            print("\n" + head)
-            for w in args.workers:
-                strict, fitted = ladder(base, [args.workers_variant], w, args)
-                by_workers[w] = strict[args.workers_variant], fitted[args.workers_variant]
-    finally:
-        proc.terminate()
-        proc.wait()
-    print(f"\nload average at the end: {load()}")
-    ref, ref_fit = ceiling[REFERENCE], fit[REFERENCE]
-    print(
-        f"\nhonest ceiling per process (streams): the level below the first not honest, and "
-        f"settled (the fit over every level run, interpolated); each as a ratio to "
-        f"{REFERENCE}'s ({ref}, {ref_fit:.0f}), and instrumented / uninstrumented:"
-    )
-    for variant in variants:
-        line = (
-            f"  {variant:>18}: {ceiling[variant]:>4} {_ratio(ceiling[variant], ref):>5}   "
-            f"settled {fit[variant]:6.1f} {_ratio(fit[variant], ref_fit):>5}"
-        )
-        bare = variant.removesuffix("+capture")
-        if bare != variant and bare in ceiling:
-            line += (
-                f"   instrumented / uninstrumented {_ratio(ceiling[variant], ceiling[bare]):>5}, "
-                f"settled {_ratio(fit[variant], fit[bare]):>5}"
-            )
-        print(line)
-    for w, (c, f) in by_workers.items():
-        print(
-            f"  {args.workers_variant} across -n {w} worker process(es): {c} streams in all, "
-            f"settled {f:.1f}"
-        )
+    variants = list(dict.fromkeys([REFERENCE, *args.variants]))
+    if args.load:
+        ROUNDS.extend(_read_rounds(args.load))
+        print(f"rounds read from {args.load}: {len(ROUNDS)}")
+        variants = [v for v in variants if any(r.variant == v for r in ROUNDS)]
+    else:
+        _run(variants, args)
+    if args.save:
+        args.save.write_text(json.dumps([dataclasses.asdict(r) for r in ROUNDS]))
+        print(f"rounds written to {args.save}")
+    for name, judge in JUDGES.items():
+        _summary(name, judge, variants, args.workers_variant)
     captured = [r for r in ROUNDS if r.variant.endswith("+capture")]
     missed = [r for r in captured if not r.honest() and not r.flagged]
     false = [r for r in captured if r.honest() and r.flagged]
