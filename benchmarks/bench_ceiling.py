@@ -255,6 +255,7 @@ class Seen(NamedTuple):
     lag: float | None
     bound: float | None
     pass_bound: float | None
+    flags: tuple[str, ...] = ()  # what the product flagged it
 
 
 @dataclass
@@ -325,7 +326,7 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
         r.itl += itl
         worst = max([abs(ttft), *map(abs, itl)])
         least, most = error_span_ms(stamps, t)
-        r.calls_seen.append(Seen(least, most, lag_ms, bound_ms, pass_bound_ms))
+        r.calls_seen.append(Seen(least, most, lag_ms, bound_ms, pass_bound_ms, tuple(flagged)))
         if flagged and most <= P99_TARGET_MS:
             r.flagged_fine += 1
             r.false_kinds.update(flagged)
@@ -515,7 +516,8 @@ def _read_rounds(path: Path) -> list[Round]:
     """The rounds a `--save` wrote, to judge again without running them."""
     rounds = []
     for d in json.loads(path.read_text()):
-        d["calls_seen"] = [Seen(*c) for c in d["calls_seen"]]
+        # (A file from before the flags were kept has five fields a call.)
+        d["calls_seen"] = [Seen(*c[:5], tuple(c[5]) if len(c) > 5 else ()) for c in d["calls_seen"]]
         d["misses"] = [tuple(m) for m in d["misses"]]
         d["false_kinds"] = Counter(d["false_kinds"])
         rounds.append(Round(**d))
@@ -597,7 +599,9 @@ def main() -> int:
     else:
         _run(variants, args)
     if args.save:
-        args.save.write_text(json.dumps([dataclasses.asdict(r) for r in ROUNDS]))
+        # The Counter by hand: `asdict` rebuilds it from (key, count) pairs, counting the pairs.
+        rows = [{**dataclasses.asdict(r), "false_kinds": dict(r.false_kinds)} for r in ROUNDS]
+        args.save.write_text(json.dumps(rows))
         print(f"rounds written to {args.save}")
     for name, judge in JUDGES.items():
         _summary(name, judge, variants, args.workers_variant)
