@@ -1189,6 +1189,38 @@ def test_a_loop_that_waited_for_a_cpu_past_the_accuracy_target_is_starved(
     assert any(n.startswith("cpu_starved") for n in m.notes) is starved, m.notes
 
 
+def test_a_tick_late_for_want_of_a_cpu_does_not_flag_stamps_the_passes_bound_within_target() -> (
+    None
+):
+    """The tick's evidence of a wait for a CPU flags a call only where nothing bounds its stamps:
+    where the passes bound them within the target, the timer was late and the data's stamps were
+    not (session 18: one tick 6.6 ms late flagged all 75 calls in flight, each within the target
+    by the simulator's truth). Where the bound is over the target, the tick still says whose
+    doing it was."""
+    ms = 1_000_000
+    quick = [(float(t), t - 1.0) for t in range(90, 150)]
+    log = _passes(LoopLag(LAG_TICK_NS), *quick)
+    log.add(T0 + 130 * ms, round(9 * ms), round(3 * ms))  # 6 ms of it waiting for a CPU
+    m = call_metrics(_chat_record([100.5, 120.5, 140.5], log, stamp_passes=1))
+    assert m.stamp_error_max_ms == pytest.approx(2.5)
+    assert m.loop_lag_max_ms == pytest.approx(9.0)
+    assert not m.flagged, m.notes
+    # The same tick with a long pass of the loop's own (12 ms) before the second stamp: late
+    # stamps, and the tick puts them down to the machine.
+    slow = [(float(t), t - 1.0) for t in range(90, 109)] + [(120.0, 108.0), (121.0, 120.0)]
+    log = _passes(LoopLag(LAG_TICK_NS), *slow, *[(float(t), t - 1.0) for t in range(122, 150)])
+    log.add(T0 + 130 * ms, round(9 * ms), round(3 * ms))
+    m = call_metrics(_chat_record([100.5, 121.5, 140.5], log, stamp_passes=1))
+    assert m.stamp_error_max_ms == pytest.approx(13.0)
+    assert m.flagged == ("cpu_starved",), m.notes
+    # And with no passes to bound the stamps, the tick alone flags (as before the passes).
+    ticks = LoopLag(LAG_TICK_NS)
+    ticks.add(T0 + 130 * ms, round(9 * ms), round(3 * ms))
+    m = call_metrics(_chat_record([100.5, 120.5, 140.5], ticks, stamp_passes=1))
+    assert m.stamp_error_max_ms is None
+    assert m.flagged == ("cpu_starved",), m.notes
+
+
 def test_the_monitor_tells_the_loop_s_own_delay_from_waiting_for_a_cpu() -> None:
     """A loop blocked by its own code (CPU work or a blocking call) is the client's doing; a
     loop whose thread waited, runnable, for a CPU is a busy machine. Checked in a subprocess
