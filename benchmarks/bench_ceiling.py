@@ -27,9 +27,16 @@ should fire in every round that is not honest and in none that is; and, call by 
 call off by more than the p99 target somewhere should be flagged (the "late" column: those
 that were not).
 
+Each level is judged twice from the same rounds: by the point p50 and p99, and by their lower
+95 % confidence bound (a level *shown* over the targets, as a budget gate fails one; at 35
+streams a level's pooled ttft p99 is its 2nd-worst call). A ladder stops where a variant is
+shown over the targets at `--confirm` levels in a row. `--save` writes every round (errors,
+each call's flags and bounds) as JSON; `--load` judges a saved run again without running.
+
     python benchmarks/bench_ceiling.py                # every variant, then -n 1 and 2
     python benchmarks/bench_ceiling.py --quick        # fewer levels, one round each
     python benchmarks/bench_ceiling.py --repeats 3    # steadier ceilings (~8 s a round)
+    python benchmarks/bench_ceiling.py --load run.json  # a saved run, judged again
 """
 
 from __future__ import annotations
