@@ -687,7 +687,9 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     more than the simulator's own log shows it was late plus 25 % + 15 ms of delivery (a
     simulator starved of CPU beside two hogs sent its first tokens late: p95 59 ms at 4 against
     23 predicted; its log is the truth the plugin is held to, the model only where nothing
-    starved). The simulator runs in its own process."""
+    starved). A level whose calls the plugin flagged `cpu_starved` (over a tenth) is held to the
+    rise alone: its stamps carry the machine's delays, and the flag says so. The simulator runs
+    in its own process."""
     from remote_sim import FOUR_SLOTS, flags_of, remote_simulator, truth_log
 
     from pytest_latency.sim import expected_under_load
@@ -739,11 +741,13 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
         starved = entry["flags"]["cpu_starved"]
         figures.append((level, predicted, p95, sent_p95, block["count"], starved))
         assert block["count"] == 48, figures
-        assert p95 <= max(predicted, sent_p95) * 1.25 + 15, figures
         # A client starved of CPU sends its next requests late and keeps a shorter line than a
         # closed loop's (beside two CPU hogs, 31 of 48 calls flagged at 16: p95 100 ms against
-        # 155): the plugin says so, and the level is held to the rise alone.
+        # 155), and stamps its own calls late (30 of 48 flagged at 4: p95 63 ms against the
+        # simulator's 30, session 18): the plugin says so, and the level is held to the rise
+        # alone.
         if starved <= block["count"] // 10:
+            assert p95 <= max(predicted, sent_p95) * 1.25 + 15, figures
             assert predicted * 0.85 - 1 <= p95, figures
     assert figures[0][2] < figures[1][2] < figures[2][2], figures
     assert figures[2][2] > 2 * figures[1][2], figures  # the line's wait, not the slowdown alone
