@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,14 +70,15 @@ def error_pct(errors: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def target_excess(*errors: list[float]) -> float:
+def target_excess(
+    *errors: list[float], pct: Callable[[list[float], float], float] = error_pct
+) -> float:
     """How far each list's |error| p50 and p99 are from the accuracy targets: the largest over
-    its target (at most 1: within them); infinite for a list with nothing to rank."""
-    ratios = [
-        error_pct(e, p) / target
-        for e in errors
-        for p, target in ((50, P50_TARGET_MS), (99, P99_TARGET_MS))
-    ]
+    its target (at most 1: within them); infinite for a list with nothing to rank. `pct` reads
+    a list's |error| percentile (`error_pct`'s nearest rank, or a bound of it: NaN for no
+    errors)."""
+    targets = ((50, P50_TARGET_MS), (99, P99_TARGET_MS))
+    ratios = [pct(e, p) / target for e in errors for p, target in targets]
     return math.inf if any(math.isnan(x) for x in ratios) else max(ratios, default=0.0)
 
 

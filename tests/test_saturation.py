@@ -194,6 +194,14 @@ def _chat_record(stamps_ms: list[float], log: LoopLag, *, stamp_passes: int) -> 
     return record
 
 
+def _forget_arrivals(record: WireRecord) -> None:
+    """Empty, in place, what the peeks noted on `record` (the kernel's arrival times and what
+    the queues held), so that the next peek's notes stand alone."""
+    kept = (record.arrival_passes, record.arrivals_ns, record.arrival_events, record.arrival_ends)
+    for notes in kept:
+        del notes[:]
+
+
 def _passes(log: LoopLag, *passes: tuple[float, float] | tuple[float, float, float]) -> LoopLag:
     """Each pass as (when its select returned, the earliest its callbacks' data arrived[, how
     long of that the loop's woken thread waited for a CPU]), ms after T0."""
@@ -374,9 +382,7 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
                 if first.arrivals_ns:
                     break
             assert list(first.arrival_passes)[-1:] == [6]
-            for kept in (first.arrival_passes, first.arrivals_ns):
-                del kept[:]
-            del first.arrival_events[:], first.arrival_ends[:]
+            _forget_arrivals(first)
             sent = time.perf_counter_ns()
             peer.send(b"data: x\n\n")
             await asyncio.sleep(0.02)
@@ -397,16 +403,12 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             _stream._peek(ready, monitor.sockets, 7, False, noted, buffer, True, {fd: 6}, {fd})  # type: ignore[arg-type]
             assert list(first.arrival_passes) == [7]
             _stream._unread(noted)
-            for kept in (first.arrival_passes, first.arrivals_ns):
-                del kept[:]
-            del first.arrival_events[:], first.arrival_ends[:]
+            _forget_arrivals(first)
             # Registered since (anyio's receive registers it anew): what it holds may be older.
             _stream._peek(ready, monitor.sockets, 7, False, noted, buffer, True, {fd: 7})  # type: ignore[arg-type]
             assert list(first.arrival_passes) == [7]
             _stream._unread(noted)
-            for kept in (first.arrival_passes, first.arrivals_ns):
-                del kept[:]
-            del first.arrival_events[:], first.arrival_ends[:]
+            _forget_arrivals(first)
             peek(7, long=False)  # and where its registrations are not known
             assert list(first.arrival_passes) == [7]
             _stream._unread(noted)  # the pass read it (its reader was not cancelled): kept
@@ -510,9 +512,7 @@ def test_a_socket_peeked_every_pass_is_peeked_only_when_registered_since_the_las
                 if records[1].arrivals_ns:
                     break
             assert records[1].arrivals_ns
-            for kept in (records[1].arrival_passes, records[1].arrivals_ns):
-                del kept[:]
-            del records[1].arrival_events[:], records[1].arrival_ends[:]
+            _forget_arrivals(records[1])
             # Watched through many polls before its data comes: not peeked.
             loop.add_reader(watched.fileno(), lambda: got.append(watched.recv(100)))
             await asyncio.sleep(0.01)
