@@ -632,11 +632,15 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
     # and, when each long pass that read a token read only that (the kernel's time stamp is
     # then its own), tight: within 1.5 ms of the worst error, and no flag where that is under
     # the target. (On a quiet machine: 0.6-0.7 ms, the passes alone 10.4 ms.)
-    least = _least_error_ms(record, truth)
+    # Tight against the most the notes allow: the error against the note after each write
+    # alone understates it where the simulator was preempted between the write and the note
+    # (beside two CPU hogs: bound 9.7 ms, that error 7.9, session 18).
+    least, most = _error_span_ms(record, truth)
     assert m.stamp_error_max_ms >= least - 0.2, (m.stamp_error_max_ms, least, errors)
     peeked = [read_in.get(p, []) for p in record.arrival_passes]
     if all(len(reads) == 1 for reads in peeked if set(reads) & set(sent)):
-        assert m.stamp_error_max_ms <= max(errors) + 1.5, (m.stamp_error_max_ms, errors)
+        bound = (m.stamp_error_max_ms, most, errors)
+        assert m.stamp_error_max_ms <= max(max(errors), most) + 1.5, bound
         if max(errors) < STAMP_TARGET_MS - 1.5:
             assert "client_saturated" not in m.flagged, (m.flagged, m.notes)
 
@@ -800,15 +804,15 @@ def test_a_loop_held_under_the_lag_threshold_flags_the_stamps_it_made_late(libra
     assert {"client_saturated", "cpu_starved"} & set(m.flagged), (m.flagged, m.notes)
 
 
-def _least_error_ms(record: WireRecord, truth: TruthRecord) -> float:
-    """The least the call's ttft or worst gap can be off against what the simulator sent
-    (`remote_sim.error_span_ms`), from its content stamps."""
+def _error_span_ms(record: WireRecord, truth: TruthRecord) -> tuple[float, float]:
+    """The least and the most the call's ttft or worst gap can be off against what the
+    simulator sent (`remote_sim.error_span_ms`), from its content stamps."""
     stamps = [
         arrived
         for _, arrived, chunk in record.reads
         if b'"content":"' in chunk and b'"role"' not in chunk
     ]
-    return error_span_ms(stamps, truth)[0]
+    return error_span_ms(stamps, truth)
 
 
 def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:
@@ -852,7 +856,7 @@ def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:
         m = call_metrics(record)
         assert m.model is not None
         truth = by_model[m.model]
-        worst = _least_error_ms(record, truth)
+        worst, _ = _error_span_ms(record, truth)
         if worst > STAMP_TARGET_MS + 2 and not m.flagged:
             late.append((worst, m.stamp_error_max_ms, m.loop_lag_max_ms))
         # A flag rests on a bound over the target, or on the lag monitor's own evidence.
