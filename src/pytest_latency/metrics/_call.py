@@ -98,7 +98,7 @@ SATURATED_LAG_MS = 50.0
 # (session 12). On a quiet machine the same 16 streams' loop woke up 2.6-3.2 ms late, nearly all
 # of it its own work.
 STARVED_LAG_MS = 5.0
-# A call is flagged when its stamps may be off by more than this (`_stamp_error_max_ms`): the
+# A call is flagged when its stamps may be off by more than this (`_stamp_bounds`): the
 # p99 accuracy target. Measured against the simulator's send times (benchmarks/bench_ceiling.py),
 # the loop-lag ticks missed most late calls below SATURATED_LAG_MS: at 150-200 streams a chunk's
 # way from the socket to its stamp takes two or three long passes while a 10 ms timer is late by
@@ -169,9 +169,10 @@ class CallMetrics:
     # Client saturation (docs/metrics.md): the worst lateness of the event loop's wake-ups while
     # this call was in flight, in ms; None for sync calls and where no loop monitor ran.
     loop_lag_max_ms: float | None = None
-    # The most this call's ttft or one of its gaps can be off by the loop's passes (its data
-    # waiting for a busy loop to read and stamp it), in ms: `_stamp_error_max_ms`. None for sync
-    # calls and where the loop's passes could not be timed.
+    # The most this call's ttft or one of its gaps can be off (its data waiting for a busy loop
+    # to read and stamp it), in ms, once each stamp is moved back by the lateness the loop's
+    # passes and the kernel's arrival times show: `_stamp_bounds`. None for sync calls and where
+    # the loop's passes could not be timed.
     stamp_error_max_ms: float | None = None
     client_saturated: bool = False
     # The stamps were held back by a busy machine, not by the client: the consumer's absences
@@ -367,14 +368,27 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
 
     content = scan.content
     timed = scan.streamed and not record.prefetched and scan.api != UNKNOWN
+    bounds = (
+        None
+        if record.loop_lag is None or not (timed and content)
+        else _stamp_bounds(record.loop_lag, [t for t, _, _ in content], t0, record)
+    )
+    # Each content event's time: the earliest its arrival is shown by (its stamp, less the
+    # lateness the loop's passes and the kernel's arrival times show); never before it came.
+    times = [t for t, _, _ in content] if bounds is None else bounds.shown
     ttft = ttfo = e2e = tpot = None
     itl: tuple[float, ...] = ()
     usage = scan.usage.result() if scan.usage is not None else None
     if timed and content:
-        ttft = us(content[0][0])
-        ttfo = next((us(t) for t, _, ch in content if any(c != REASONING for c in ch)), None)
-        e2e = us(content[-1][0])
-        itl = tuple((b[0] - a[0]) / 1000 for a, b in itertools.pairwise(content))
+        ttft = us(times[0])
+        answers = (
+            t
+            for t, (_, _, chs) in zip(times, content, strict=True)
+            if any(c != REASONING for c in chs)
+        )
+        ttfo = next((us(t) for t in answers), None)
+        e2e = us(times[-1])
+        itl = tuple((b - a) / 1000 for a, b in itertools.pairwise(times))
         out = usage.output_tokens if usage is not None else None
         if ttft is not None and e2e is not None and out is not None and out > 1:
             tpot = (e2e - ttft) / (out - 1)
@@ -418,12 +432,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     t_end = _t_end(record)
     lags = None if record.loop_lag is None else _loop_lag_max_ms(record.loop_lag, t0, t_end)
     lag_ms, own_lag_ms, paused_lag_ms, gc_ms = lags if lags is not None else (None,) * 4
-    bounds = (
-        None
-        if record.loop_lag is None or not (timed and content)
-        else _stamp_error_max_ms(record.loop_lag, [t for t, _, _ in content], t0, record)
-    )
-    stamp_error, stamp_own = bounds if bounds is not None else (None, None)
+    stamp_error, stamp_own = (None, None) if bounds is None else (bounds.error_ms, bounds.own_ms)
     # Stamps that may be off by more than the target (issue #17); whose doing, the passes' own
     # waits for a CPU and the ticks say.
     late_stamps = stamp_error is not None and stamp_error > STAMP_TARGET_MS
@@ -597,19 +606,29 @@ def _loop_lag_max_ms(
     return worst / 1e6, worst_own / 1e6, worst_paused / 1e6, worst_gc / 1e6
 
 
-def _stamp_error_max_ms(
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    """What the loop's passes and the kernel's arrival times show of a call's content stamps."""
+
+    # Each stamp less the lateness shown: the earliest time its event is shown to have come by.
+    shown: list[int]
+    # The most the ttft or a gap read from `shown` can be off, and the most of that the loop's
+    # own doing (less its thread's waits for a CPU once woken: a busy machine's), in ms.
+    error_ms: float
+    own_ms: float
+
+
+def _stamp_bounds(
     log: LoopLag, stamps: Sequence[int], t_start: int, record: WireRecord
-) -> tuple[float, float] | None:
-    """The most the call's ttft or one of its gaps can be off by the loop's passes, and the
-    most of that the loop's own doing (less the waits for a CPU of the loop's thread, woken by
-    an arrival: a busy machine's), in ms.
+) -> _Shown | None:
+    """How late each content stamp is shown to be, at least and at most, by the loop's passes
+    and the kernel's arrival times; the stamps less the least (`_Shown.shown`, what the call's
+    timings are read from), and how far those can still be off.
 
     A stamp taken in the pass whose select returned at S is late by at least t - S (its data
     was there by then). The data was read off the socket by a callback `record.stamp_passes`
     passes earlier, and arrived no sooner than that pass's `earliest` (`LoopLag.earliest_ns`),
-    nor before the request was sent: so late by at most t - that. The ttft is off by at most
-    its stamp's upper bound (the hand-off is stamped before the loop sends), a gap by at most
-    the larger stamp's upper bound less the other's lower one. None when the passes do not
+    nor before the request was sent: so late by at most t - that. None when the passes do not
     cover the stamps (a loop whose selector could not be timed, a log begun later, or one that
     stopped keeping passes at its limit).
 
@@ -617,12 +636,15 @@ def _stamp_error_max_ms(
     the newest queued) and what whole events its queue held, a stamp of an event that was
     whole there is late by at least t - that arrival, and by exactly that where the queue held
     that one event and the pass read it alone; a stamp of an event whose end came later, by at
-    most that (`_kernel_arrivals`)."""
+    most that (`_kernel_arrivals`).
+
+    A stream's events arrive in order, so an event came no later than any later one is shown
+    to have come by. Each time shown is then off by at most its stamp's upper bound less its
+    lower one (0 where the kernel said exactly): the ttft by the first's, a gap by the larger
+    of its two (each end errs late only)."""
     readies, earliest, woken = log.readies_ns, log.earliest_ns, log.woken_ns
     if len(readies) >= log.pass_limit and stamps and stamps[-1] > readies[-1]:
         return None  # the log stopped keeping passes before these stamps
-    worst = own = 0
-    previous: tuple[int, int, int] | None = None  # (lo, hi, woken) of the stamp before
     # aiohttp's reader is stamped in the callback that read the socket, except what it held
     # already when capture began timing it, with the head: stamped in the request's task, which
     # that callback woke for the next pass.
@@ -636,6 +658,7 @@ def _stamp_error_max_ms(
 
     arrivals = _kernel_arrivals(record, read_pass, readies)
     floored: set[int] = set()
+    bounds: list[tuple[int, int, int]] = []  # each stamp's (least, most lateness, CPU wait)
     for t in stamps:
         p = read_pass(t)
         if p < 0:
@@ -662,17 +685,18 @@ def _stamp_error_max_ms(
                 # share its stamp).
                 floored.add(p)
                 lo, hi = max(lo, age), max(hi, age)
-        wait = woken[p]
-        # Each bound rests on one stamp's upper bound, and so on that stamp's wait for a CPU.
-        if previous is None:
-            terms: tuple[tuple[int, int], ...] = ((hi, wait),)
-        else:
-            terms = ((hi - previous[0], wait), (previous[1] - lo, previous[2]))
-        for bound, machine in terms:
-            worst = max(worst, bound)
-            own = max(own, bound - machine)
-        previous = (lo, hi, wait)
-    return worst / 1e6, own / 1e6
+        # Each bound rests on its stamp's upper bound, and so on that stamp's wait for a CPU.
+        bounds.append((min(lo, hi), hi, woken[p]))
+    shown = [t - lo for t, (lo, _, _) in zip(stamps, bounds, strict=True)]
+    for i in range(len(shown) - 2, -1, -1):
+        # In order: no later than the next is shown by, nor before its stamp's upper bound.
+        shown[i] = max(min(shown[i], shown[i + 1]), stamps[i] - bounds[i][1])
+    worst = own = 0
+    for t, at, (_, hi, wait) in zip(stamps, shown, bounds, strict=True):
+        spread = hi - (t - at)
+        worst = max(worst, spread)
+        own = max(own, spread - wait)
+    return _Shown(shown, worst / 1e6, own / 1e6)
 
 
 class _Kernel(enum.Enum):
