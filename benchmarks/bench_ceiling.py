@@ -204,15 +204,17 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
         client = instrument(client, sink=records.append)
     streams = [Stream(f"w{os.getpid()}-{i}") for i in range(n)]
     rng = random.Random(n)
-    # What the plugin does when a test body starts (--latency-gc=freeze): later collections
-    # scan only what is made after. Every variant alike, so that the ratios are capture's cost.
-    # Without it, capture's kept reads made a collection come due mid-round: at 150 streams
-    # one 40-45 ms collection stalled every aiohttp+capture stream at once
-    # (docs/performance.md §5b), and the bare clients, which keep less, never met one.
-    gc.freeze()
+    # What the plugin does when a test body starts, and again after a setup that warmed an SDK
+    # (--latency-gc=freeze): later collections scan only what is made after. Every variant
+    # alike, so that the ratios are capture's cost. Without it, capture's kept reads made a
+    # collection come due mid-round: at 150 streams one 40-45 ms collection stalled every
+    # aiohttp+capture stream at once (docs/performance.md §5b), and the bare clients, which keep
+    # less, never met one. After the warm-up, which builds the SDK's models: frozen before it,
+    # 1 openai+capture round in 3 at 75-100 streams had a 50-100 ms stall (session 19).
     try:
         await one(Stream("warm"))  # a client's first async request is cold
         records.clear()
+        gc.freeze()
         await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
 
         async def paced(s: Stream, delay: float) -> None:
