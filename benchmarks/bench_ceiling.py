@@ -15,7 +15,8 @@ The variants:
 - ``httpx2``: a bare ``httpx2.AsyncClient``, stamping each line of ``aiter_lines``.
 - ``openai``, ``anthropic``: the SDK's async client, stamping each content event it yields.
 - each ``+capture``: the same client through ``pytest_latency.instrument``, the body doing
-  nothing per event; the capture's stamps are read (`call_metrics`).
+  nothing per event; the capture's figures are read (`call_metrics`: each content stamp read
+  back by the lateness the loop's passes and the kernel's arrival times show, session 19).
 
 Error = stamp minus the server's send time of the same content event (one clock,
 CLOCK_MONOTONIC, in both processes): ttft on the first, itl per gap. A round is
