@@ -305,6 +305,10 @@ class AsyncLatencyTransport(_Wrapper[AsyncTransport]):
             # anyio's socket streams stop reading after each receive until the next: what
             # arrives meanwhile waits in the kernel, unseen by the loop's passes.
             sock, framing = _socket_of(response, record)
+            if not _stream.fed_by_protocol(sock):
+                # Read in the consumer's own task (anyio's Unix socket stream, a test double's
+                # body): stamped in the pass that read it, not a pass after a callback's read.
+                record.stamp_passes = 0
             _stream.watch_socket(record, sock, framing, every_pass=True)
             stream = self.read_ahead_async_stream if self._read_ahead else self.timed_async_stream
             response.stream = stream(response.stream, record, clock)

@@ -97,6 +97,10 @@ _STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 # Copying a stream's usual queue, one or two events of a few hundred bytes, costs no more than a
 # one-byte peek (2.2 us either way, measured here).
 PEEK_BYTES = 65_536
+# The most the two wall-clock reads around a peek's perf_counter read may be apart for its
+# arrivals to be mapped to perf_counter (each off by at most half of it); more, and the pass's
+# peeks are dropped, its stamps keeping the passes' bounds.
+CLOCK_PAIR_NS = 50_000
 # Every this many ticks (50 ms) the monitor drops the calls that have ended; with none left, it
 # stops.
 LAG_SCAN_TICKS = 5
@@ -724,7 +728,12 @@ def _peek(
             ):
                 continue
         if not wall:  # the kernel's stamps are wall-clock
-            now, wall = time.perf_counter_ns(), time.time_ns()
+            # Read between two wall-clock reads: a thread switch or a preemption between them
+            # would shift every arrival of the pass by as much (review, session 19).
+            before, now, wall = time.time_ns(), time.perf_counter_ns(), time.time_ns()
+            if wall - before > CLOCK_PAIR_NS:
+                return
+            wall = (before + wall) // 2
         try:
             size, ancillary, _, _ = peer.sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
         except OSError:  # closed since (the descriptor may be another socket's now), or drained
@@ -761,6 +770,15 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
             for kept in (passes, record.arrivals_ns, record.arrival_events, record.arrival_ends):
                 kept.pop()
     noted.clear()
+
+
+def fed_by_protocol(sock: object) -> bool:
+    """Whether an async body over `sock` (`watch_socket`'s) is read off it by the loop's
+    protocol callback, a pass before the consumer's task takes it (anyio's TCP streams, over TLS
+    too): a TCP socket. Not a Unix socket, which anyio reads in the consumer's task, nor none
+    (a test double's body, made in the task)."""
+    raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
+    return isinstance(raw, socket.socket) and raw.family in (socket.AF_INET, socket.AF_INET6)
 
 
 def watch_socket(

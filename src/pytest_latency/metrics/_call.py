@@ -665,9 +665,12 @@ def _stamp_bounds(
             return None
         # A stamp in the callback that read the socket may hold bytes that arrived after the
         # pass's select returned (and after the kernel was asked), just before its read: no
-        # lower bound but 0.
+        # lower bound but 0. So may one in the head's pass of a binding that stamps there
+        # (aiohttp): the request's task, which stamps what was buffered with the head, runs
+        # before that pass's callbacks, which may read and stamp more (review, session 19).
         j = bisect.bisect_right(readies, t) - 1
-        lo = t - readies[p + 1] if j > p else 0
+        in_reading_pass = j == p or (record.stamp_passes == 0 and j == head - 1)
+        lo = 0 if in_reading_pass else t - readies[p + 1]
         hi = t - max(earliest[p], t_start)
         arrival = arrivals.get(p)
         if arrival is not None:
