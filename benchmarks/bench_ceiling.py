@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 import httpx2
 from _common import P50_TARGET_MS, P99_TARGET_MS, ROOT, error_pct, load, spawn_sim, target_excess
-from remote_sim import error_span_ms, paced, truth_log, without_arrivals
+from remote_sim import content_times, error_span_ms, paced, truth_log, without_arrivals
 
 from pytest_latency.metrics import STAMP_TARGET_MS
 from pytest_latency.stats import percentile_estimate
@@ -235,11 +235,7 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
             s.lag_ms = m.loop_lag_max_ms
             s.bound_ms = m.stamp_error_max_ms
             s.pass_bound_ms = call_metrics(without_arrivals(record)).stamp_error_max_ms
-            if m.ttft is not None:
-                first = record.t_start_ns + round(m.ttft * 1000)
-                s.stamps = [first]
-                for gap in m.itl:
-                    s.stamps.append(s.stamps[-1] + round(gap * 1000))
+            s.stamps = content_times(record, m)
     return streams
 
 

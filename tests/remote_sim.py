@@ -149,6 +149,17 @@ def itl_errors(measured: CallMetrics, truth: TruthRecord) -> list[float]:
     ]
 
 
+def content_times(record: WireRecord, measured: CallMetrics) -> list[int]:
+    """Each content event's time as the call's metrics read it (ns, the record's clock): the
+    ttft from the hand-off, then each gap; none without a ttft."""
+    if measured.ttft is None:
+        return []
+    times = [record.t_start_ns + round(measured.ttft * 1000)]
+    for gap in measured.itl:
+        times.append(times[-1] + round(gap * 1000))
+    return times
+
+
 def error_span_ms(stamps_ns: list[int], truth: TruthRecord) -> tuple[float, float]:
     """The least and the most the call's worst |error| (its ttft, from the first content stamp,
     and each gap) can be against what the simulator sent, ms, from each content event's stamp

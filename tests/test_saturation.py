@@ -23,6 +23,7 @@ import pytest
 from latency_data import call_metrics as synthetic
 from latency_data import pool_of
 from remote_sim import (
+    content_times,
     error_of,
     error_span_ms,
     itl_errors,
@@ -848,10 +849,7 @@ def _error_span_ms(record: WireRecord, truth: TruthRecord) -> tuple[float, float
     (`remote_sim.error_span_ms`)."""
     m = call_metrics(record)
     assert m.ttft is not None
-    times = [record.t_start_ns + round(m.ttft * 1000)]
-    for gap in m.itl:
-        times.append(times[-1] + round(gap * 1000))
-    return error_span_ms(times, truth)
+    return error_span_ms(content_times(record, m), truth)
 
 
 def test_calm_calls_are_within_the_target_of_what_was_sent_or_flagged() -> None:

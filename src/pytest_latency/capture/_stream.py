@@ -730,10 +730,10 @@ def _peek(
         if not wall:  # the kernel's stamps are wall-clock
             # Read between two wall-clock reads: a thread switch or a preemption between them
             # would shift every arrival of the pass by as much (review, session 19).
-            before, now, wall = time.time_ns(), time.perf_counter_ns(), time.time_ns()
-            if wall - before > CLOCK_PAIR_NS:
+            before, now, after = time.time_ns(), time.perf_counter_ns(), time.time_ns()
+            if after - before > CLOCK_PAIR_NS:
                 return
-            wall = (before + wall) // 2
+            wall = (before + after) // 2
         try:
             size, ancillary, _, _ = peer.sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
         except OSError:  # closed since (the descriptor may be another socket's now), or drained
@@ -777,8 +777,13 @@ def fed_by_protocol(sock: object) -> bool:
     protocol callback, a pass before the consumer's task takes it (anyio's TCP streams, over TLS
     too): a TCP socket. Not a Unix socket, which anyio reads in the consumer's task, nor none
     (a test double's body, made in the task)."""
-    raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
+    raw = _raw_socket(sock)
     return isinstance(raw, socket.socket) and raw.family in (socket.AF_INET, socket.AF_INET6)
+
+
+def _raw_socket(sock: object) -> object:
+    """The socket under asyncio's TransportSocket, or `sock` itself."""
+    return getattr(sock, "_sock", sock)
 
 
 def watch_socket(
@@ -791,7 +796,7 @@ def watch_socket(
     its queue held, as far as its `framing` lets the bytes tell. Nothing where the loop's
     passes are not timed or the platform has no receive time stamps."""
     log = record.loop_lag
-    raw = getattr(sock, "_sock", sock)  # asyncio's TransportSocket: the socket it wraps
+    raw = _raw_socket(sock)
     if log is None or _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
         return
     try:

@@ -368,14 +368,15 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
 
     content = scan.content
     timed = scan.streamed and not record.prefetched and scan.api != UNKNOWN
+    stamps = [t for t, _, _ in content]
     bounds = (
         None
         if record.loop_lag is None or not (timed and content)
-        else _stamp_bounds(record.loop_lag, [t for t, _, _ in content], t0, record)
+        else _stamp_bounds(record.loop_lag, stamps, t0, record)
     )
     # Each content event's time: the earliest its arrival is shown by (its stamp, less the
     # lateness the loop's passes and the kernel's arrival times show); never before it came.
-    times = [t for t, _, _ in content] if bounds is None else bounds.shown
+    times = stamps if bounds is None else bounds.shown
     ttft = ttfo = e2e = tpot = None
     itl: tuple[float, ...] = ()
     usage = scan.usage.result() if scan.usage is not None else None
