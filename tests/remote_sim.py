@@ -182,11 +182,13 @@ def error_span_ms(stamps_ns: list[int], truth: TruthRecord) -> tuple[float, floa
 
 def without_arrivals(record: WireRecord) -> WireRecord:
     """The record as the loop's passes alone bound it: the kernel's arrival times (and what
-    the peeked queues held) left out."""
+    the peeked queues held) and the mid-pass probes' drained times left out."""
     return replace(
         record,
         arrival_passes=array("q"),
         arrivals_ns=array("q"),
         arrival_events=array("i"),
         arrival_ends=array("b"),
+        drained_passes=array("q"),
+        drained_ns=array("q"),
     )

@@ -202,6 +202,13 @@ class WireRecord:
     arrivals_ns: array[int] = field(default_factory=lambda: array("q"))
     arrival_events: array[int] = field(default_factory=lambda: array("i"))
     arrival_ends: array[int] = field(default_factory=lambda: array("b"))
+    # (the pass's index in `loop_lag`, a `perf_counter_ns` reading) for passes that read this
+    # attempt's socket after a long pass before: the last time in that pass a probe of the
+    # loop's epoll (`capture`'s PROBE_EVERY_NS) found it registered for reading and holding
+    # nothing, so the data the pass read arrived after it. Same rules as the arrivals: one
+    # attempt alone on the socket, none once capped, taken back if the pass did not read it.
+    drained_passes: array[int] = field(default_factory=lambda: array("q"))
+    drained_ns: array[int] = field(default_factory=lambda: array("q"))
     # How many characters of prompt and output text `metrics` may keep for this attempt (the
     # plugin's --latency-capture-text). 0, the default, keeps none: hashes and sizes only.
     text_limit: int = 0

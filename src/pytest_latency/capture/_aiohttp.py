@@ -95,13 +95,15 @@ class _Body:
     """What one response's timed reader keeps: its record, its reads, its clock and the keep
     limit's room."""
 
-    __slots__ = ("clock", "reads", "record", "room")
+    __slots__ = ("clock", "probe", "reads", "record", "room")
 
     def __init__(self, record: WireRecord, clock: Clock) -> None:
         self.record = record
         self.reads = record.reads
         self.clock = clock
         self.room = record.keep_limit
+        # The loop monitor's mid-pass probe, called with each read's stamp (`_stream.prober`).
+        self.probe = _stream.prober(record)
 
     def arrived(self, data: bytes) -> None:
         """One piece of the body that arrived before the reader was timed (with the head)."""
@@ -127,6 +129,8 @@ class _TimedReader:
         # The hot path, inlined: one clock read, the keep limit's test, one append.
         body = self._latency
         now = body.clock()
+        if body.probe is not None:
+            body.probe(now)
         kept = data if type(data) is bytes else bytes(data)  # a view must not pin its buffer
         room = body.room = body.room - len(kept) - READ_COST
         if room >= 0:

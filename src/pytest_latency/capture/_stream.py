@@ -21,8 +21,8 @@ capture, because a loop is shared by every client and transport on it (auto-capt
 wrapper per request) and nothing else they all own outlives a request. An entry dies with its
 loop, holds no reference to the loop or a test, and holds records only while they are in flight.
 
-May import `wire`, `untrusted`, `gc_pauses` and `capture._queued`; never an HTTP library (httpx2,
-httpx, aiohttp), a binding, pytest or the SDKs.
+May import `wire`, `untrusted`, `gc_pauses`, `capture._queued` and `capture._drains`; never an
+HTTP library (httpx2, httpx, aiohttp), a binding, pytest or the SDKs.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from collections.abc import (
 )
 from typing import Protocol
 
+from pytest_latency.capture._drains import Drains
 from pytest_latency.capture._queued import Framing, whole_events
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
@@ -205,6 +206,22 @@ def keep_read(record: WireRecord, room: int, asked: int, arrived: int, chunk: by
     record.dropped_bytes += len(chunk)
     record.t_dropped_ns = arrived
     return -1
+
+
+try:  # POSIX; per thread on Linux alone
+    import resource
+
+    _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
+except ImportError:
+    _RUSAGE_THREAD = None
+
+
+def _sleeps() -> int | None:
+    """How many times the calling thread has given up its CPU by itself (to wait: for an
+    event, a lock, the GIL), or None where the platform does not count them per thread."""
+    if _RUSAGE_THREAD is None:
+        return None
+    return resource.getrusage(_RUSAGE_THREAD).ru_nvcsw  # 0.4 us
 
 
 class RunQueueWait:
@@ -454,6 +471,7 @@ class AsyncTimedBody:
         since, slow, away = self._since, WAIT_NS, AWAY_NS
         paused = self._paused
         timed = clock is time.perf_counter_ns
+        probe = prober(record)  # the loop monitor's mid-pass probe, or None
         previous = record.t_headers_ns or clock()
         try:
             while True:
@@ -464,6 +482,8 @@ class AsyncTimedBody:
                 except StopAsyncIteration:
                     break
                 arrived = clock()
+                if probe is not None:
+                    probe(arrived)
                 if arrived - previous > slow and timed and room >= 0:
                     if fd >= 0:
                         since = note_queued(record, queue, len(reads), since, asked - previous)
@@ -619,13 +639,16 @@ class LagMonitor:
     """The lag monitor of one event loop (see the module docstring). It must not reference its
     loop: it is the value of a WeakKeyDictionary keyed by that loop."""
 
-    __slots__ = ("inflight", "log", "sockets")
+    __slots__ = ("drains", "inflight", "log", "sockets")
 
     def __init__(self) -> None:
         self.inflight: list[WireRecord] = []
         self.log: LoopLag | None = None  # the current run's log; None while stopped
         # The current run's captured sockets by descriptor (`watch_socket`).
         self.sockets: dict[int, _Peer] = {}
+        # The current run's mid-pass probes of those sockets (None where the passes are not
+        # timed or the platform has no epoll).
+        self.drains: Drains | None = None
 
     def watch(self, record: WireRecord, loop: asyncio.AbstractEventLoop) -> None:
         if self.log is None:
@@ -634,10 +657,14 @@ class LagMonitor:
             # The loop's thread's run-queue wait, read by the ticks and around waiting selects:
             # opened here, on that thread (`watch_loop` runs on the loop), closed by `_run`.
             waited = RunQueueWait.open()
-            undo = _time_passes(loop, self.log, waited, self.sockets)
+            drains = Drains.open()
+            undo = _time_passes(loop, self.log, waited, self.sockets, drains)
+            if undo is None and drains is not None:
+                drains.close()
+            self.drains = drains if undo is not None else None
             # An empty context: the monitor outlives the test that started it and must not keep
             # that test's context variables (and what they reference) alive.
-            run = self._run(self.log, waited, undo)
+            run = self._run(self.log, waited, undo, self.drains)
             task = contextvars.Context().run(loop.create_task, run)
             # A loop run by hand and closed without cancelling its tasks leaves this one
             # pending; asyncio would log "Task was destroyed but it is pending!" when it is
@@ -647,7 +674,11 @@ class LagMonitor:
         self.inflight.append(record)
 
     async def _run(
-        self, log: LoopLag, waited: RunQueueWait, undo: Callable[[], None] | None
+        self,
+        log: LoopLag,
+        waited: RunQueueWait,
+        undo: Callable[[], None] | None,
+        drains: Drains | None,
     ) -> None:
         clock = time.perf_counter_ns
         tick_s = LAG_TICK_NS / 1e9
@@ -669,24 +700,29 @@ class LagMonitor:
                     self.inflight = [r for r in self.inflight if not finished(r)]
                     if not self.inflight:
                         return
-                    _prune(self.sockets)
+                    _prune(self.sockets, drains)
         finally:
             if undo is not None:
                 undo()
+            if drains is not None:
+                drains.close()
             waited.close()
             # Cancelled at loop shutdown or stopped: the next call on this loop starts a new run.
             if self.log is log:
                 self.log = None
                 self.inflight = []
                 self.sockets = {}
+                self.drains = None
 
 
-def _prune(sockets: dict[int, _Peer]) -> None:
+def _prune(sockets: dict[int, _Peer], drains: Drains | None = None) -> None:
     """Forget the sockets whose attempts have all ended."""
     for fd, peer in list(sockets.items()):
         peer.records = [r for r in peer.records if not finished(r)]
         if not peer.records:
             del sockets[fd]
+            if drains is not None:
+                drains.forget(fd)
 
 
 def _peek(
@@ -741,20 +777,50 @@ def _peek(
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(data) >= 16:
                 seconds, nanoseconds = struct.unpack_from("qq", data)
-                live = [r for r in peer.records if not finished(r)]
-                peer.records = live
-                # Two attempts on one socket (HTTP/2): whose data this is, the kernel cannot say.
-                # One past its keep limit keeps no more stamps to bound, so no more arrivals.
-                if len(live) == 1 and not live[0].capped:
-                    record = live[0]
+                record = _sole_attempt(peer)
+                if record is not None:
                     whole, ends = whole_events(buffer, size, peer.framing)
                     record.arrival_passes.append(index)
                     record.arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
                     record.arrival_events.append(whole)
                     record.arrival_ends.append(ends)
-                    handles = getattr(key, "data", None)  # asyncio's (reader handle, writer's)
-                    reader = handles[0] if isinstance(handles, tuple) else None
-                    noted.append((record, reader, index))
+                    noted.append((record, _reader(key), index))
+
+
+def _sole_attempt(peer: _Peer) -> WireRecord | None:
+    """The one attempt in flight on `peer`'s socket, where what the kernel says of the socket
+    is its alone: not two attempts on one socket (HTTP/2), whose data the kernel cannot tell
+    apart, nor one past its keep limit (it keeps no more stamps to bound)."""
+    live = [r for r in peer.records if not finished(r)]
+    peer.records = live
+    return live[0] if len(live) == 1 and not live[0].capped else None
+
+
+def _reader(key: selectors.SelectorKey) -> object:
+    """The reader's handle of a selector key of asyncio's (its data: reader's, writer's)."""
+    handles = getattr(key, "data", None)
+    return handles[0] if isinstance(handles, tuple) else None
+
+
+def _drained(
+    ready: list[tuple[selectors.SelectorKey, int]],
+    sockets: dict[int, _Peer],
+    index: int,
+    drains: Drains,
+    noted: list[tuple[WireRecord, object, int]],
+) -> None:
+    """Note on the one attempt in flight on each captured socket in `ready` the last time a
+    probe found it empty (`Drains.empty_at`): what pass `index` reads on it arrived after
+    (`WireRecord.drained_ns`); and in `noted`, with the reader's handle, for `_unread` to take
+    back if the pass did not read it."""
+    for key, events in ready:
+        peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
+        empty = None if peer is None else drains.empty_at(key.fd)
+        record = None if peer is None or empty is None else _sole_attempt(peer)
+        if record is not None and empty is not None:
+            record.drained_passes.append(index)
+            record.drained_ns.append(empty)
+            noted.append((record, _reader(key), index))
 
 
 def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
@@ -762,13 +828,19 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
     reader was cancelled before it ran (anyio stops reading when its consumer, run earlier in
     the pass, finds a chunk still buffered), so the data peeked waits for a later pass, and a
     stamp mapped to this one is of older data. A reader cancelled after it ran (aiohttp pausing
-    in its own callback) loses its arrival too: the passes' bound then holds, as without one."""
+    in its own callback) loses its arrival too: the passes' bound then holds, as without one.
+    The same for the pass's drained times (`_drained`)."""
     for record, handle, index in noted:
         cancelled = getattr(handle, "cancelled", None)
         passes = record.arrival_passes
-        if (cancelled is None or cancelled()) and passes and passes[-1] == index:
+        if cancelled is not None and not cancelled():
+            continue
+        if passes and passes[-1] == index:
             for kept in (passes, record.arrivals_ns, record.arrival_events, record.arrival_ends):
                 kept.pop()
+        if record.drained_passes and record.drained_passes[-1] == index:
+            record.drained_passes.pop()
+            record.drained_ns.pop()
     noted.clear()
 
 
@@ -784,6 +856,21 @@ def fed_by_protocol(sock: object) -> bool:
 def _raw_socket(sock: object) -> object:
     """The socket under asyncio's TransportSocket, or `sock` itself."""
     return getattr(sock, "_sock", sock)
+
+
+def prober(record: WireRecord) -> Callable[[int], None] | None:
+    """The probe a captured async body calls with each read's stamp (`Drains.probe`), where
+    the running loop's monitor logs `record`'s passes and can probe; else None."""
+    log = record.loop_lag
+    if log is None:
+        return None
+    try:
+        monitor = MONITORS.get(asyncio.get_running_loop())
+    except (RuntimeError, TypeError):
+        return None
+    if monitor is None or monitor.log is not log or monitor.drains is None:
+        return None
+    return monitor.drains.probe
 
 
 def watch_socket(
@@ -813,6 +900,10 @@ def watch_socket(
     peer = monitor.sockets.get(fd)
     if peer is None or peer.sock is not raw:
         monitor.sockets[fd] = peer = _Peer(raw, every_pass, framing)
+        if monitor.drains is not None:
+            if peer is not None:
+                monitor.drains.forget(fd)  # a socket closed since, its number reused
+            monitor.drains.watch(fd, time.perf_counter_ns())
     peer.records.append(record)
 
 
@@ -821,13 +912,14 @@ def _time_passes(
     log: LoopLag,
     waited: RunQueueWait,
     sockets: dict[int, _Peer],
+    drains: Drains | None = None,
 ) -> Callable[[], None] | None:
     """Log each pass of `loop` (`LoopLag.readies_ns`, `earliest_ns`, `woken_ns`: `waited` is
     its thread's run queue) by timing its selector's `select`, on the instance only (another
     loop's selector is untouched), and after a long one ask the kernel about the captured
-    `sockets` it returned (`_peek`); returns the undo.
-    None where the loop has no selector to time (uvloop, a proactor loop): the ticks alone
-    then bound the stamps."""
+    `sockets` it returned (`_peek`), and note when `drains` last saw each empty (`_drained`);
+    returns the undo. None where the loop has no selector to time (uvloop, a proactor loop):
+    the ticks alone then bound the stamps."""
     selector = getattr(loop, "_selector", None)  # asyncio.BaseSelectorEventLoop's own
     # A proactor loop keeps its IocpProactor there, whose select is not a readiness poll.
     if not isinstance(selector, selectors.BaseSelector):
@@ -873,20 +965,28 @@ def _time_passes(
         if len(passes) >= log.pass_limit:
             return select(timeout)
         polled = clock()
-        before = waited.raw() if timeout != 0 else b""
+        before, slept = (waited.raw(), _sleeps()) if timeout != 0 else (b"", None)
         ready: Ready = select(timeout)
         now = clock()
         # A wait (the loop had nothing to run) ends at the first arrival: what it returns
         # arrived since, give or take building its list, and the loop's thread waiting for a
         # CPU once woken (a busy machine: 5-6 ms beside a simulator serving 150 streams on 2
-        # cores, invisible otherwise). Not its wait for the GIL (docs/metrics.md). A poll that
-        # did not wait returns what may have arrived any time after the last pass polled (not
-        # after its select returned: its return may have waited for the GIL).
+        # cores, invisible otherwise). A poll that did not wait returns what may have arrived
+        # any time after the last pass polled (not after its select returned: its return may
+        # have waited for the GIL). So may a wait in which the thread slept twice: the second
+        # sleep, the GIL held by another thread once epoll returned, may have followed an
+        # arrival (a stamp 7.6 ms late read back as 0.3 at most: 75 anthropic streams, an
+        # executor thread's getaddrinfo beside the loop, session 20).
         margin = PASS_SLACK_NS + PASS_EVENT_NS * len(ready)
         woke = timeout != 0 and now - polled > margin
         if woke:
             start, end = waited.parse(before), waited.read() if before else None
             woken = end - start if start is not None and end is not None else 0
+            # Slept once (epoll's wait); a second sleep, voluntary too, is a wait for the GIL
+            # (a preemption is not voluntary, and is in `woken`).
+            now_slept = _sleeps()
+            woke = slept is None or now_slept is None or now_slept - slept <= 1
+        if woke:
             first = now - margin - woken
         else:
             first, woken = last[0], 0
@@ -907,6 +1007,10 @@ def _time_passes(
                 returned_before=returned[0],
             )
         returned[0] = {key.fd for key, _ in ready} if sockets else set()
+        if drains is not None:
+            if sockets and ready:
+                _drained(ready, sockets, len(passes), drains, noted)
+            drains.selected(now)
         earliest(first)
         wokens(woken)
         readies(now)

@@ -637,7 +637,9 @@ def _stamp_bounds(
     the newest queued) and what whole events its queue held, a stamp of an event that was
     whole there is late by at least t - that arrival, and by exactly that where the queue held
     that one event and the pass read it alone; a stamp of an event whose end came later, by at
-    most that (`_kernel_arrivals`).
+    most that (`_kernel_arrivals`). Where a probe of the loop's epoll found the socket holding
+    nothing during the pass before the reading one (`WireRecord.drained_ns`), the data that
+    pass read came after: late by at most t - that.
 
     A stream's events arrive in order, so an event came no later than any later one is shown
     to have come by. Each time shown is then off by at most its stamp's upper bound less its
@@ -658,6 +660,8 @@ def _stamp_bounds(
         return j - (max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes)
 
     arrivals = _kernel_arrivals(record, read_pass, readies)
+    # The last time in the pass before each reading pass its socket was seen drained.
+    drained = dict(zip(record.drained_passes, record.drained_ns, strict=True))
     floored: set[int] = set()
     bounds: list[tuple[int, int, int]] = []  # each stamp's (least, most lateness, CPU wait)
     for t in stamps:
@@ -682,13 +686,22 @@ def _stamp_bounds(
                 hi = min(hi, age)
             elif arrival.kind is _Kernel.ALONE:
                 hi = age
-            elif arrival.kind is _Kernel.WHOLE or (t == arrival.first and p not in floored):
+            elif arrival.kind is _Kernel.WHOLE or (
+                arrival.kind is _Kernel.FIRST and t == arrival.first and p not in floored
+            ):
                 # At least that old, and maybe older than the pass's earliest: data that
                 # waited in the kernel while its transport did not read (anyio's, between the
                 # consumer's reads). FIRST's, the first event's alone (others of its chunk
                 # share its stamp).
                 floored.add(p)
                 lo, hi = max(lo, age), max(hi, age)
+            if arrival.after is not None and t >= arrival.after:
+                # Its end was not queued when the socket was peeked, after the select.
+                hi = min(hi, t - readies[p])
+        empty = drained.get(p)
+        if empty is not None:
+            # Nothing was queued on the socket then: what the pass read came after.
+            hi = min(hi, t - empty)
         # Each bound rests on its stamp's upper bound, and so on that stamp's wait for a CPU.
         bounds.append((min(lo, hi), hi, woken[p]))
     shown = [t - lo for t, (lo, _, _) in zip(stamps, bounds, strict=True)]
@@ -715,6 +728,9 @@ class _Kernel(enum.Enum):
     BEFORE = enum.auto()
     # Only some were: the first, at least (the events are read in order).
     FIRST = enum.auto()
+    # Only some were, and the first chunk held more than one event: which stamp is whose
+    # cannot be told (only `_Arrival.after` speaks).
+    PARTLY = enum.auto()
     # A TLS queue that was one whole record, and the pass read one chunk holding at most one
     # event: that event's end came in that record (at the arrival) or after it, so the stamp
     # is late by at most that.
@@ -726,6 +742,10 @@ class _Arrival:
     kind: _Kernel
     ns: int  # the kernel's time stamp of the newest data queued
     first: int  # the stamp of the first chunk the pass read
+    # The stamp of the first chunk from which on every event the pass read was not whole in the
+    # queue when it was peeked, after the pass's select returned: their ends came after that.
+    # None where every event was whole there, or no chunk holds only events that were not.
+    after: int | None = None
 
 
 def _kernel_arrivals(
@@ -743,6 +763,8 @@ def _kernel_arrivals(
         return {}
     # Each pass's (first chunk's stamp, events ended in it, chunks, events ended in all).
     read: dict[int, tuple[int, int, int, int]] = {}
+    # And each chunk that ended an event: (its stamp, the events the pass ended before it).
+    ending: dict[int, list[tuple[int, int]]] = {}
     tail = b""
     for _, arrived, chunk in record.reads:
         p = read_pass(arrived)
@@ -751,6 +773,8 @@ def _kernel_arrivals(
         tail = (tail + chunk)[-3:]
         first, in_first, chunks, events = read.get(p, (arrived, ended, 0, 0))
         read[p] = (first, in_first, chunks + 1, events + ended)
+        if ended:
+            ending.setdefault(p, []).append((arrived, events))
     said: dict[int, _Arrival] = {}
     kept = zip(
         record.arrival_passes,
@@ -778,8 +802,11 @@ def _kernel_arrivals(
             # with more in that chunk, which of them a stamp is cannot be told.
             kind = _Kernel.FIRST
         else:
-            continue
-        said[p] = _Arrival(kind, arrived, first)
+            kind = _Kernel.PARTLY
+        # The events past the `whole` first were not whole when the queue was peeked, after
+        # the select returned (data read in the pass's callback after it): they ended later.
+        after = None if whole < 0 else next((t for t, n in ending.get(p, ()) if n >= whole), None)
+        said[p] = _Arrival(kind, arrived, first, after)
     return said
 
 
