@@ -4,13 +4,18 @@ seen holding nothing, on real loopback sockets and Linux's epoll."""
 from __future__ import annotations
 
 import select
+import selectors
 import socket
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
+from pytest_latency.capture import _stream
 from pytest_latency.capture._drains import PROBE_EVERY_NS, Drains
+from pytest_latency.capture._queued import Framing
+from pytest_latency.wire import WireRecord
 
 pytestmark = pytest.mark.skipif(not hasattr(select, "epoll"), reason="epoll is Linux's")
 
@@ -135,3 +140,36 @@ def test_a_full_answer_says_nothing_and_starts_over() -> None:
     epoll.full = False
     drains.probe(3 * PROBE_EVERY_NS)
     assert drains.empty_at(7) == 3 * PROBE_EVERY_NS
+
+
+def test_a_pass_notes_the_drained_time_only_where_the_sockets_bytes_are_in_the_clear(
+    pair: tuple[socket.socket, socket.socket], drains: Drains
+) -> None:
+    """TLS and HTTP/2 hold bytes above the socket: what a pass hands on there may be older than
+    the socket's last empty. And a socket closed since, whose number another has now, says
+    nothing of the old one."""
+    client, _ = pair
+    fd = client.fileno()
+    drains.watch(fd, 0)
+    drains.probe(PROBE_EVERY_NS)  # empty then
+    key = SimpleNamespace(fd=fd, data=None)
+    for framing, noted in (
+        (Framing.TLS, False),
+        (Framing.OPAQUE, False),
+        (Framing.RAW, True),
+        (Framing.CHUNKED, True),
+    ):
+        record = WireRecord("POST", "http://h/v1/chat/completions", b"{}", 0)
+        peer = _stream._Peer(client, False, framing)
+        peer.records.append(record)
+        _stream._drained([(key, selectors.EVENT_READ)], {fd: peer}, 7, drains, [])  # type: ignore[list-item]
+        assert list(record.drained_passes) == ([7] if noted else []), framing
+        if noted:
+            assert list(record.drained_ns) == [PROBE_EVERY_NS]
+    closed = socket.socket()
+    closed.close()
+    record = WireRecord("POST", "http://h/v1/chat/completions", b"{}", 0)
+    peer = _stream._Peer(closed, False, Framing.RAW)
+    peer.records.append(record)
+    _stream._drained([(key, selectors.EVENT_READ)], {fd: peer}, 7, drains, [])  # type: ignore[list-item]
+    assert not record.drained_passes

@@ -111,6 +111,7 @@ class Drains:
         return at if at and at >= since else None
 
     def close(self) -> None:
+        """Let the epoll go (again: a no-op)."""
         self._epoll.close()
         self._since.clear()
         self._streak.clear()

@@ -272,7 +272,7 @@ class LatencyTransport(_Wrapper[SyncTransport]):
                 # HTTP/2's (its frames interleave streams and control), nor TLS's (no byte of a
                 # record can be read until all of it is there), nor, to keep to one rule, a
                 # coded body's.
-                if framing in (Framing.RAW, Framing.CHUNKED):
+                if framing.in_the_clear:
                     timed.watch_socket(sock)
                 response.stream = timed
         return response

@@ -36,6 +36,12 @@ class Framing(enum.Enum):
     # Nothing: HTTP/2 (its frames interleave streams and control), a content-coded body.
     OPAQUE = enum.auto()
 
+    @property
+    def in_the_clear(self) -> bool:
+        """Whether the socket's queued bytes are this body's alone and as the server wrote them
+        (no layer above the socket holds any back): HTTP/1 in the clear, not coded."""
+        return self in (Framing.RAW, Framing.CHUNKED)
+
 
 def framing_of(
     url: str, *, tls: bool, http1: bool, content_encoding: str, transfer_encoding: str

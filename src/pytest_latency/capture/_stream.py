@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import contextvars
 import enum
+import functools
 import os
 import queue
 import selectors
@@ -657,7 +658,9 @@ class LagMonitor:
             # The loop's thread's run-queue wait, read by the ticks and around waiting selects:
             # opened here, on that thread (`watch_loop` runs on the loop), closed by `_run`.
             waited = RunQueueWait.open()
-            drains = Drains.open()
+            # Only where captured sockets are watched (`watch_socket`, which needs the kernel's
+            # receive time stamps).
+            drains = Drains.open() if _TIMESTAMPNS is not None else None
             undo = _time_passes(loop, self.log, waited, self.sockets, drains)
             if undo is None and drains is not None:
                 drains.close()
@@ -670,6 +673,10 @@ class LagMonitor:
             # pending; asyncio would log "Task was destroyed but it is pending!" when it is
             # collected. The task is the plugin's bookkeeping, not the user's work: say nothing.
             task._log_destroy_pending = False  # type: ignore[attr-defined]  # asyncio.Task's own, untyped
+            if self.drains is not None:
+                # Cancelled before its first step (a loop shut down at once), `_run`'s cleanup
+                # never runs: the epoll's descriptor goes with the task all the same.
+                task.add_done_callback(functools.partial(_close_drains, self.drains))
         record.loop_lag = self.log
         self.inflight.append(record)
 
@@ -715,6 +722,10 @@ class LagMonitor:
                 self.drains = None
 
 
+def _close_drains(drains: Drains, _: object) -> None:
+    drains.close()
+
+
 def _prune(sockets: dict[int, _Peer], drains: Drains | None = None) -> None:
     """Forget the sockets whose attempts have all ended."""
     for fd, peer in list(sockets.items()):
@@ -748,7 +759,7 @@ def _peek(
     now = wall = 0
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
-        if peer is None:
+        if peer is None or peer.sock.fileno() != key.fd:  # closed, its number another's now
             continue
         if not long:
             # A socket watched through the last select, which did not return it, had no data
@@ -815,8 +826,13 @@ def _drained(
     back if the pass did not read it."""
     for key, events in ready:
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
-        empty = None if peer is None else drains.empty_at(key.fd)
-        record = None if peer is None or empty is None else _sole_attempt(peer)
+        # Not where a layer above the socket may hold bytes back (TLS, HTTP/2: what the pass
+        # reads there may be older than the socket's last empty), nor a socket closed since
+        # whose number another now has (review, session 20).
+        if peer is None or not peer.framing.in_the_clear or peer.sock.fileno() != key.fd:
+            continue
+        empty = drains.empty_at(key.fd)
+        record = None if empty is None else _sole_attempt(peer)
         if record is not None and empty is not None:
             record.drained_passes.append(index)
             record.drained_ns.append(empty)
@@ -965,8 +981,15 @@ def _time_passes(
         if len(passes) >= log.pass_limit:
             return select(timeout)
         polled = clock()
-        before, slept = (waited.raw(), _sleeps()) if timeout != 0 else (b"", None)
-        ready: Ready = select(timeout)
+        waits, before, slept = False, b"", None
+        ready: Ready = select(0)
+        if timeout != 0 and not ready:
+            # Nothing was queued: what a wait returns came during it. Polled first, for epoll
+            # returns at once what is queued, and the thread's wait for the GIL after that
+            # would pass for a wait (review, session 20).
+            waits, polled = True, clock()
+            before, slept = waited.raw(), _sleeps()
+            ready = select(timeout)
         now = clock()
         # A wait (the loop had nothing to run) ends at the first arrival: what it returns
         # arrived since, give or take building its list, and the loop's thread waiting for a
@@ -975,10 +998,10 @@ def _time_passes(
         # any time after the last pass polled (not after its select returned: its return may
         # have waited for the GIL). So may a wait in which the thread slept twice: the second
         # sleep, the GIL held by another thread once epoll returned, may have followed an
-        # arrival (a stamp 7.6 ms late read back as 0.3 at most: 75 anthropic streams, an
-        # executor thread's getaddrinfo beside the loop, session 20).
+        # arrival (a stamp 7.6 ms late read back as 0.3 at most: 75 anthropic streams,
+        # bench_ceiling, session 20).
         margin = PASS_SLACK_NS + PASS_EVENT_NS * len(ready)
-        woke = timeout != 0 and now - polled > margin
+        woke = waits and now - polled > margin
         if woke:
             start, end = waited.parse(before), waited.read() if before else None
             woken = end - start if start is not None and end is not None else 0

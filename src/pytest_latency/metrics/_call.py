@@ -695,13 +695,16 @@ def _stamp_bounds(
                 # share its stamp).
                 floored.add(p)
                 lo, hi = max(lo, age), max(hi, age)
-            if arrival.after is not None and t >= arrival.after:
+            if arrival.whole_until is not None and t > arrival.whole_until:
                 # Its end was not queued when the socket was peeked, after the select.
                 hi = min(hi, t - readies[p])
         empty = drained.get(p)
         if empty is not None:
-            # Nothing was queued on the socket then: what the pass read came after.
-            hi = min(hi, t - empty)
+            # Nothing was queued on the socket then: what the pass read came after. Never
+            # below what the kernel's time stamp showed: loopback stamps a packet as it is
+            # queued, before the softirq delivers it to the socket, which a probe may find
+            # empty in between (review, session 20).
+            hi = max(min(hi, t - empty), lo)
         # Each bound rests on its stamp's upper bound, and so on that stamp's wait for a CPU.
         bounds.append((min(lo, hi), hi, woken[p]))
     shown = [t - lo for t, (lo, _, _) in zip(stamps, bounds, strict=True)]
@@ -742,10 +745,11 @@ class _Arrival:
     kind: _Kernel
     ns: int  # the kernel's time stamp of the newest data queued
     first: int  # the stamp of the first chunk the pass read
-    # The stamp of the first chunk from which on every event the pass read was not whole in the
-    # queue when it was peeked, after the pass's select returned: their ends came after that.
-    # None where every event was whole there, or no chunk holds only events that were not.
-    after: int | None = None
+    # Every event the pass read in a chunk stamped after this was not whole in the queue when
+    # it was peeked, after the pass's select returned: their ends came after that. The stamp of
+    # the chunk that ended the last event whole there (before the pass's first chunk where none
+    # was); None where every event was whole there or the bytes said nothing.
+    whole_until: int | None = None
 
 
 def _kernel_arrivals(
@@ -805,8 +809,11 @@ def _kernel_arrivals(
             kind = _Kernel.PARTLY
         # The events past the `whole` first were not whole when the queue was peeked, after
         # the select returned (data read in the pass's callback after it): they ended later.
-        after = None if whole < 0 else next((t for t, n in ending.get(p, ()) if n >= whole), None)
-        said[p] = _Arrival(kind, arrived, first, after)
+        # Counted by stamp, a chunk stamped as the last whole one's left out with it.
+        until = None
+        if 0 <= whole < events:
+            until = max((t for t, n in ending.get(p, ()) if n < whole), default=first - 1)
+        said[p] = _Arrival(kind, arrived, first, until)
     return said
 
 
