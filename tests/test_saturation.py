@@ -302,10 +302,12 @@ def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
     assert not m.flagged
     # Two chunks read in that pass, the second's event not yet whole when the queue was
     # peeked, after the select returned (at 120): it came after that, 0.6-1.6 ms late (the
-    # passes alone say 0.6-13.6; session 20). The first, whole in the queue, came by 119.8
-    # but maybe as early as the pass's earliest (108): 1.7-13.5 ms late, off by 11.8.
+    # passes alone say 0.6-13.6; session 20). The first, whole in the queue, came by 119.8,
+    # but maybe as early as the call's bytes before were read (the pass selected at 99: anyio
+    # may have stopped reading since, the pass's earliest no bound then): 1.7-22.5 ms late,
+    # off by 20.8.
     m = call_metrics(record(119.8, second=True))
-    assert m.stamp_error_max_ms == pytest.approx(11.8)
+    assert m.stamp_error_max_ms == pytest.approx(20.8)
     assert m.flagged == ("client_saturated",)
     assert m.itl[:2] == pytest.approx((19_800, 1_200))
     # Where the data waited in the kernel while its transport did not read (anyio's, between
@@ -344,16 +346,29 @@ def test_what_the_queue_held_says_how_much_of_the_kernels_time_to_trust() -> Non
     stamps = [100.5, 121.5, 141.5, 161.5, 181.5]
 
     def measured(
-        whole: int, ends: bool = True, *, ages: tuple[float | None, ...] = ()
+        whole: int,
+        ends: bool = True,
+        *,
+        ages: tuple[float | None, ...] = (),
+        drained: float | None = None,
     ) -> CallMetrics:
         r = _chat_record(stamps, passes, stamp_passes=1)
         for stamp, age in zip(stamps, ages or (None, 3, 6, 3, None), strict=True):
             if age is not None:
                 _arrived(r, int(stamp) - 91, stamp - age, whole, ends)
+                if drained is not None:  # a probe found the socket empty that long before
+                    r.drained_passes.append(int(stamp) - 91)
+                    r.drained_ns.append(T0 + int((stamp - age - drained) * 1_000_000))
         return call_metrics(r)
 
-    def bound(whole: int, ends: bool = True, *, ages: tuple[float | None, ...] = ()) -> float:
-        m = measured(whole, ends, ages=ages)
+    def bound(
+        whole: int,
+        ends: bool = True,
+        *,
+        ages: tuple[float | None, ...] = (),
+        drained: float | None = None,
+    ) -> float:
+        m = measured(whole, ends, ages=ages, drained=drained)
         assert m.stamp_error_max_ms is not None
         return m.stamp_error_max_ms
 
@@ -363,11 +378,18 @@ def test_what_the_queue_held_says_how_much_of_the_kernels_time_to_trust() -> Non
     assert bound(1) == pytest.approx(2.0)
     assert measured(1).itl == pytest.approx((18_500, 17_000, 23_000, 22_500))
     # Queued with the start of the next event after it (its stamp the newer's): late by at
-    # least the age, and here by no more (the passes' upper bound is less): the same.
-    assert bound(1, ends=False) == pytest.approx(2.0)
+    # least the age, and, anyio having stopped reading, by as much as since the call's bytes
+    # before were read (the pass selected at 99, for the stamp at 121.5): 3-22.5 ms, off by
+    # 19.5 (session 20; before, the pass's earliest bounded it, 2 ms: two events waiting 10
+    # ms apart behind a 30 ms hold were both read back as the second's arrival). A probe
+    # that found the socket empty since bounds it again.
+    assert bound(1, ends=False) == pytest.approx(19.5)
+    assert bound(1, ends=False, drained=0.5) == pytest.approx(2.0)
     # A queue that held more than the pass read (a read cut short: the rest a later pass's):
-    # what it read was whole there all the same.
-    assert bound(2) == pytest.approx(2.0)
+    # what it read was whole there all the same, and as old, at most, as since the bytes
+    # before were read, or the socket was last found empty.
+    assert bound(2) == pytest.approx(19.5)
+    assert bound(2, drained=0.5) == pytest.approx(2.0)
     # No event whole in the queue: each ended after it was peeked, after its pass's select
     # returned (1.5 ms before its stamp), so is 0.5-1.5 ms late: off by 1 at most, not the
     # passes' 2 (session 20; before, by the arrival alone, 1.5).
@@ -826,7 +848,10 @@ def test_a_loop_held_under_the_lag_threshold_flags_the_stamps_it_made_late(libra
     """Another task holds the loop 30 ms while a stream's tokens arrive every 10 ms: the
     stamps are that late against what the simulator (a process of its own) sent. The lag
     monitor's worst wake-up is under SATURATED_LAG_MS, so before the passes were timed the
-    call went unflagged (issue #17); the passes bound it, and flag it."""
+    call went unflagged (issue #17); the passes bound it, and flag it where the time read back
+    may still be off by more than the target. (Read back, the times may come closer than the
+    stamps: beside two CPU hogs, 6.6 and 14.7 ms off where the stamps were over 15; session
+    20. Flagged then all the same, the bound covering the error.)"""
     with remote_simulator(*paced(decode_ms_per_token=10.0, output_tokens=20)) as base:
 
         async def main() -> list[WireRecord]:
@@ -858,12 +883,19 @@ def test_a_loop_held_under_the_lag_threshold_flags_the_stamps_it_made_late(libra
         (record,) = asyncio.run(main())
         truth = truth_of(record, truth_log(base))
     m = call_metrics(record)
-    errors = [abs(e) for e in itl_errors(m, truth)]
-    assert max(errors) > 15, errors  # the stamps were late: the loop was held
+    # The stamps themselves (no passes: no read-back) were late: the loop was held.
+    stamped = call_metrics(replace(record, loop_lag=None))
+    assert max(abs(e) for e in itl_errors(stamped, truth)) > 15, itl_errors(stamped, truth)
     assert m.loop_lag_max_ms is not None and m.loop_lag_max_ms < SATURATED_LAG_MS
-    assert m.stamp_error_max_ms is not None and m.stamp_error_max_ms >= 25, m.stamp_error_max_ms
-    # time.sleep is the loop's own doing; beside CPU hogs the ticks may put it down to the
-    # machine instead (cpu_starved): flagged either way.
+    # Read back, the bound covers the error, and a call that may be off past the target is
+    # flagged: time.sleep is the loop's own doing; beside CPU hogs the ticks may put it down
+    # to the machine instead (cpu_starved): flagged either way.
+    least, _ = _error_span_ms(record, truth)
+    assert m.stamp_error_max_ms is not None and m.stamp_error_max_ms >= least - 0.2, (
+        m.stamp_error_max_ms,
+        least,
+    )
+    assert m.stamp_error_max_ms > STAMP_TARGET_MS, m.stamp_error_max_ms
     assert {"client_saturated", "cpu_starved"} & set(m.flagged), (m.flagged, m.notes)
 
 

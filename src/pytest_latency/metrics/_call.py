@@ -692,9 +692,15 @@ def _stamp_bounds(
                 # At least that old, and maybe older than the pass's earliest: data that
                 # waited in the kernel while its transport did not read (anyio's, between the
                 # consumer's reads). FIRST's, the first event's alone (others of its chunk
-                # share its stamp).
+                # share its stamp). The newest data's time says nothing of how much older an
+                # event before it is: where the transport may have stopped reading (one read
+                # by a callback a pass before its stamp), no older than the call's bytes read
+                # before (two events waiting 10 ms apart behind a 30 ms hold were both shown
+                # at the second's arrival: session 20, beside two CPU hogs).
                 floored.add(p)
                 lo, hi = max(lo, age), max(hi, age)
+                if record.stamp_passes:
+                    hi = max(hi, t - max(arrival.since, t_start))
             if arrival.whole_until is not None and t > arrival.whole_until:
                 # Its end was not queued when the socket was peeked, after the select.
                 hi = min(hi, t - readies[p])
@@ -750,6 +756,10 @@ class _Arrival:
     # the chunk that ended the last event whole there (before the pass's first chunk where none
     # was); None where every event was whole there or the bytes said nothing.
     whole_until: int | None = None
+    # The earliest its data can have come where its transport stopped reading (anyio's): when
+    # the pass that read the call's bytes before it returned from its select (what came before
+    # that was read then), or the request's start.
+    since: int = 0
 
 
 def _kernel_arrivals(
@@ -769,9 +779,14 @@ def _kernel_arrivals(
     read: dict[int, tuple[int, int, int, int]] = {}
     # And each chunk that ended an event: (its stamp, the events the pass ended before it).
     ending: dict[int, list[tuple[int, int]]] = {}
+    since: dict[int, int] = {}
+    before = -1  # the pass that read the bytes before
     tail = b""
     for _, arrived, chunk in record.reads:
         p = read_pass(arrived)
+        if p not in read:
+            since[p] = readies[before] if 0 <= before < p else record.t_start_ns
+        before = p
         # An event's end split across two reads is the later one's.
         ended = event_ends(tail + chunk) - event_ends(tail)
         tail = (tail + chunk)[-3:]
@@ -813,7 +828,7 @@ def _kernel_arrivals(
         until = None
         if 0 <= whole < events:
             until = max((t for t, n in ending.get(p, ()) if n < whole), default=first - 1)
-        said[p] = _Arrival(kind, arrived, first, until)
+        said[p] = _Arrival(kind, arrived, first, until, since.get(p, record.t_start_ns))
     return said
 
 
