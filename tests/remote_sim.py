@@ -189,6 +189,7 @@ def without_arrivals(record: WireRecord) -> WireRecord:
         arrivals_ns=array("q"),
         arrival_events=array("i"),
         arrival_ends=array("b"),
+        arrival_fresh=array("b"),
         drained_passes=array("q"),
         drained_ns=array("q"),
     )

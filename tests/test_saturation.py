@@ -202,7 +202,13 @@ def _chat_record(stamps_ms: list[float], log: LoopLag, *, stamp_passes: int) -> 
 def _forget_arrivals(record: WireRecord) -> None:
     """Empty, in place, what the peeks noted on `record` (the kernel's arrival times and what
     the queues held), so that the next peek's notes stand alone."""
-    kept = (record.arrival_passes, record.arrivals_ns, record.arrival_events, record.arrival_ends)
+    kept = (
+        record.arrival_passes,
+        record.arrivals_ns,
+        record.arrival_events,
+        record.arrival_ends,
+        record.arrival_fresh,
+    )
     for notes in kept:
         del notes[:]
 
@@ -308,6 +314,11 @@ def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
     # off by 20.8.
     m = call_metrics(record(119.8, second=True))
     assert m.stamp_error_max_ms == pytest.approx(20.8)
+    # Watched for reading through the pass before (aiohttp's socket, an anyio one waiting in
+    # its receive): the pass's earliest holds, 1.7-13.5 ms late, off by 11.8.
+    watched = record(119.8, second=True)
+    watched.arrival_fresh[0] = False
+    assert call_metrics(watched).stamp_error_max_ms == pytest.approx(11.8)
     assert m.flagged == ("client_saturated",)
     assert m.itl[:2] == pytest.approx((19_800, 1_200))
     # Where the data waited in the kernel while its transport did not read (anyio's, between
@@ -325,14 +336,21 @@ def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
 
 
 def _arrived(
-    record: WireRecord, index: int, at_ms: float, whole: int = 1, ends: bool = True
+    record: WireRecord,
+    index: int,
+    at_ms: float,
+    whole: int = 1,
+    ends: bool = True,
+    fresh: bool = True,
 ) -> None:
     """The kernel's arrival time for the data read in pass `index`, at `at_ms` after T0, and
-    what the queue then held: `whole` events (-1: not known), ending at one's end or not."""
+    what the queue then held: `whole` events (-1: not known), ending at one's end or not; and
+    whether the socket was not watched through the pass before (`fresh`: anyio's)."""
     record.arrival_passes.append(index)
     record.arrivals_ns.append(T0 + int(at_ms * 1_000_000))
     record.arrival_events.append(whole)
     record.arrival_ends.append(ends)
+    record.arrival_fresh.append(fresh)
 
 
 def test_what_the_queue_held_says_how_much_of_the_kernels_time_to_trust() -> None:
@@ -508,7 +526,7 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             assert client.recv(100) == b"data: a\n\ndata: b"
             for kept in (first.arrival_passes, first.arrivals_ns):
                 del kept[1:]
-            del first.arrival_events[1:], first.arrival_ends[1:]
+            del first.arrival_events[1:], first.arrival_ends[1:], first.arrival_fresh[1:]
             _stream.watch_socket(second, client, Framing.RAW)  # two attempts on the socket
             peer.send(b"data: y\n\n")
             await asyncio.sleep(0.01)

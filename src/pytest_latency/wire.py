@@ -202,6 +202,10 @@ class WireRecord:
     arrivals_ns: array[int] = field(default_factory=lambda: array("q"))
     arrival_events: array[int] = field(default_factory=lambda: array("i"))
     arrival_ends: array[int] = field(default_factory=lambda: array("b"))
+    # And 1 where the socket was not watched for reading through the pass before (registered
+    # since, or its registrations not known): its data may have waited unseen, older than the
+    # pass's earliest (anyio stops reading between receives).
+    arrival_fresh: array[int] = field(default_factory=lambda: array("b"))
     # (the pass's index in `loop_lag`, a `perf_counter_ns` reading) for passes that read this
     # attempt's socket after a long pass before: the last time in that pass a probe of the
     # loop's epoll (`capture`'s PROBE_EVERY_NS) found it registered for reading and holding

@@ -761,6 +761,8 @@ def _peek(
         peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
         if peer is None or peer.sock.fileno() != key.fd:  # closed, its number another's now
             continue
+        # Not watched through the last select: registered since (anyio's receive), or not known.
+        fresh = watched_since is None or watched_since.get(key.fd, index) >= index
         if not long:
             # A socket watched through the last select, which did not return it, had no data
             # then: what it has now came since, as the passes bound it. (anyio over TLS pauses
@@ -768,11 +770,7 @@ def _peek(
             # there is not the kernel's to tell of.)
             if not (polled and peer.every_pass):
                 continue
-            if (
-                watched_since is not None
-                and watched_since.get(key.fd, index) < index
-                and key.fd not in returned_before
-            ):
+            if not fresh and key.fd not in returned_before:
                 continue
         if not wall:  # the kernel's stamps are wall-clock
             # Read between two wall-clock reads: a thread switch or a preemption between them
@@ -795,6 +793,7 @@ def _peek(
                     record.arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
                     record.arrival_events.append(whole)
                     record.arrival_ends.append(ends)
+                    record.arrival_fresh.append(fresh)
                     noted.append((record, _reader(key), index))
 
 
@@ -852,7 +851,13 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
         if cancelled is not None and not cancelled():
             continue
         if passes and passes[-1] == index:
-            for kept in (passes, record.arrivals_ns, record.arrival_events, record.arrival_ends):
+            for kept in (
+                passes,
+                record.arrivals_ns,
+                record.arrival_events,
+                record.arrival_ends,
+                record.arrival_fresh,
+            ):
                 kept.pop()
         if record.drained_passes and record.drained_passes[-1] == index:
             record.drained_passes.pop()

@@ -693,13 +693,13 @@ def _stamp_bounds(
                 # waited in the kernel while its transport did not read (anyio's, between the
                 # consumer's reads). FIRST's, the first event's alone (others of its chunk
                 # share its stamp). The newest data's time says nothing of how much older an
-                # event before it is: where the transport may have stopped reading (one read
-                # by a callback a pass before its stamp), no older than the call's bytes read
-                # before (two events waiting 10 ms apart behind a 30 ms hold were both shown
-                # at the second's arrival: session 20, beside two CPU hogs).
+                # event before it is: where the socket was not watched through the pass
+                # before, no older than the call's bytes read before (two events waiting 10 ms
+                # apart behind a 30 ms hold were both shown at the second's arrival: session
+                # 20, beside two CPU hogs).
                 floored.add(p)
                 lo, hi = max(lo, age), max(hi, age)
-                if record.stamp_passes:
+                if arrival.since is not None:
                     hi = max(hi, t - max(arrival.since, t_start))
             if arrival.whole_until is not None and t > arrival.whole_until:
                 # Its end was not queued when the socket was peeked, after the select.
@@ -756,10 +756,12 @@ class _Arrival:
     # the chunk that ended the last event whole there (before the pass's first chunk where none
     # was); None where every event was whole there or the bytes said nothing.
     whole_until: int | None = None
-    # The earliest its data can have come where its transport stopped reading (anyio's): when
-    # the pass that read the call's bytes before it returned from its select (what came before
-    # that was read then), or the request's start.
-    since: int = 0
+    # The earliest its data can have come where its socket was not watched for reading through
+    # the pass before (`WireRecord.arrival_fresh`: anyio's, registered at each receive): when
+    # the pass that read the call's bytes before returned from its select (what came before
+    # that was read then), or the request's start; None where it was watched (the pass's
+    # earliest holds).
+    since: int | None = None
 
 
 def _kernel_arrivals(
@@ -800,9 +802,10 @@ def _kernel_arrivals(
         record.arrivals_ns,
         record.arrival_events,
         record.arrival_ends,
+        record.arrival_fresh,
         strict=True,
     )
-    for p, arrived, whole, ends in kept:
+    for p, arrived, whole, ends, fresh in kept:
         if p not in read or not record.t_start_ns <= arrived <= readies[p]:
             continue
         first, in_first, chunks, events = read[p]
@@ -828,7 +831,8 @@ def _kernel_arrivals(
         until = None
         if 0 <= whole < events:
             until = max((t for t, n in ending.get(p, ()) if n < whole), default=first - 1)
-        said[p] = _Arrival(kind, arrived, first, until, since.get(p, record.t_start_ns))
+        older = since.get(p, record.t_start_ns) if fresh else None
+        said[p] = _Arrival(kind, arrived, first, until, older)
     return said
 
 
