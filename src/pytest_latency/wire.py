@@ -279,3 +279,15 @@ class WireRecord:
     @property
     def body(self) -> bytes:
         return b"".join(chunk for _, _, chunk in self.reads)
+
+    @property
+    def arrival_notes(self) -> tuple[array[int], ...]:
+        """What each peek noted, one entry each in every array, in step: its pass, the
+        arrival, the events whole, whether at an event's end, whether fresh."""
+        return (
+            self.arrival_passes,
+            self.arrivals_ns,
+            self.arrival_events,
+            self.arrival_ends,
+            self.arrival_fresh,
+        )

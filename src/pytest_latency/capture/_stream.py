@@ -758,8 +758,8 @@ def _peek(
     with the reader's handle, for `_unread` to take back if the pass did not read it."""
     now = wall = 0
     for key, events in ready:
-        peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
-        if peer is None or peer.sock.fileno() != key.fd:  # closed, its number another's now
+        peer = _peer_of(key, events, sockets)
+        if peer is None:
             continue
         # Not watched through the last select: registered since (anyio's receive), or not known.
         fresh = watched_since is None or watched_since.get(key.fd, index) >= index
@@ -797,6 +797,13 @@ def _peek(
                     noted.append((record, _reader(key), index))
 
 
+def _peer_of(key: selectors.SelectorKey, events: int, sockets: dict[int, _Peer]) -> _Peer | None:
+    """The captured socket a select returned ready for reading, or None: not captured, or
+    closed since and its number another's now (review, session 20)."""
+    peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
+    return peer if peer is not None and peer.sock.fileno() == key.fd else None
+
+
 def _sole_attempt(peer: _Peer) -> WireRecord | None:
     """The one attempt in flight on `peer`'s socket, where what the kernel says of the socket
     is its alone: not two attempts on one socket (HTTP/2), whose data the kernel cannot tell
@@ -824,11 +831,10 @@ def _drained(
     (`WireRecord.drained_ns`); and in `noted`, with the reader's handle, for `_unread` to take
     back if the pass did not read it."""
     for key, events in ready:
-        peer = sockets.get(key.fd) if events & selectors.EVENT_READ else None
+        peer = _peer_of(key, events, sockets)
         # Not where a layer above the socket may hold bytes back (TLS, HTTP/2: what the pass
-        # reads there may be older than the socket's last empty), nor a socket closed since
-        # whose number another now has (review, session 20).
-        if peer is None or not peer.framing.in_the_clear or peer.sock.fileno() != key.fd:
+        # reads there may be older than the socket's last empty; review, session 20).
+        if peer is None or not peer.framing.in_the_clear:
             continue
         empty = drains.empty_at(key.fd)
         record = None if empty is None else _sole_attempt(peer)
@@ -851,13 +857,7 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
         if cancelled is not None and not cancelled():
             continue
         if passes and passes[-1] == index:
-            for kept in (
-                passes,
-                record.arrivals_ns,
-                record.arrival_events,
-                record.arrival_ends,
-                record.arrival_fresh,
-            ):
+            for kept in record.arrival_notes:
                 kept.pop()
         if record.drained_passes and record.drained_passes[-1] == index:
             record.drained_passes.pop()
@@ -879,9 +879,8 @@ def _raw_socket(sock: object) -> object:
     return getattr(sock, "_sock", sock)
 
 
-def prober(record: WireRecord) -> Callable[[int], None] | None:
-    """The probe a captured async body calls with each read's stamp (`Drains.probe`), where
-    the running loop's monitor logs `record`'s passes and can probe; else None."""
+def _monitor_of(record: WireRecord) -> LagMonitor | None:
+    """The running loop's monitor, where it logs `record`'s passes; else None."""
     log = record.loop_lag
     if log is None:
         return None
@@ -889,9 +888,14 @@ def prober(record: WireRecord) -> Callable[[int], None] | None:
         monitor = MONITORS.get(asyncio.get_running_loop())
     except (RuntimeError, TypeError):
         return None
-    if monitor is None or monitor.log is not log or monitor.drains is None:
-        return None
-    return monitor.drains.probe
+    return monitor if monitor is not None and monitor.log is log else None
+
+
+def prober(record: WireRecord) -> Callable[[int], None] | None:
+    """The probe a captured async body calls with each read's stamp (`Drains.probe`), where
+    the running loop's monitor logs `record`'s passes and can probe; else None."""
+    monitor = _monitor_of(record)
+    return None if monitor is None or monitor.drains is None else monitor.drains.probe
 
 
 def watch_socket(
@@ -903,15 +907,11 @@ def watch_socket(
     it where its transport stops reading between reads (see `_Peer`); and what whole events
     its queue held, as far as its `framing` lets the bytes tell. Nothing where the loop's
     passes are not timed or the platform has no receive time stamps."""
-    log = record.loop_lag
     raw = _raw_socket(sock)
-    if log is None or _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
+    if _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
         return
-    try:
-        monitor = MONITORS.get(asyncio.get_running_loop())
-    except (RuntimeError, TypeError):
-        return
-    if monitor is None or monitor.log is not log:
+    monitor = _monitor_of(record)
+    if monitor is None:
         return
     try:
         raw.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)

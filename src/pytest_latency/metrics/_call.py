@@ -738,7 +738,7 @@ class _Kernel(enum.Enum):
     # Only some were: the first, at least (the events are read in order).
     FIRST = enum.auto()
     # Only some were, and the first chunk held more than one event: which stamp is whose
-    # cannot be told (only `_Arrival.after` speaks).
+    # cannot be told (only `_Arrival.whole_until` speaks).
     PARTLY = enum.auto()
     # A TLS queue that was one whole record, and the pass read one chunk holding at most one
     # event: that event's end came in that record (at the arrival) or after it, so the stamp
@@ -797,15 +797,7 @@ def _kernel_arrivals(
         if ended:
             ending.setdefault(p, []).append((arrived, events))
     said: dict[int, _Arrival] = {}
-    kept = zip(
-        record.arrival_passes,
-        record.arrivals_ns,
-        record.arrival_events,
-        record.arrival_ends,
-        record.arrival_fresh,
-        strict=True,
-    )
-    for p, arrived, whole, ends, fresh in kept:
+    for p, arrived, whole, ends, fresh in zip(*record.arrival_notes, strict=True):
         if p not in read or not record.t_start_ns <= arrived <= readies[p]:
             continue
         first, in_first, chunks, events = read[p]
