@@ -81,6 +81,46 @@ def whole_events(queued: bytearray, size: int, framing: Framing) -> tuple[int, b
     return _events(data, 0, len(data), whole)
 
 
+def event_end_offsets(
+    queued: bytearray, size: int, framing: Framing, count: int
+) -> list[int] | None:
+    """Where each of the `count` SSE events `whole_events` counted in the first `size` bytes of
+    `queued` ends: the queue's index just past its empty line, in order (in a chunked queue,
+    where those bytes lie between the size lines). None where they cannot be found as counted,
+    or for TLS."""
+    if not framing.in_the_clear or count < 0:
+        return None
+    spans = [(0, size)] if framing is Framing.RAW else _chunks(queued, size)[0]
+    if spans is None:
+        return None
+    data = b"".join(bytes(queued[start:end]) for start, end in spans)
+    # As `event_ends` counts them: each of its two patterns apart, left to right.
+    ends = sorted(
+        at + len(pattern) for pattern in (b"\n\n", b"\r\n\r\n") for at in _found(data, pattern)
+    )
+    if len(ends) != count:
+        return None
+    # Each end's index in the joined bytes, back to the queue's.
+    offsets, joined = [], 0
+    spans_left = iter(spans)
+    start, end = next(spans_left, (0, 0))
+    for at in ends:
+        while at > joined + end - start:
+            joined += end - start
+            start, end = next(spans_left)
+        offsets.append(start + at - joined)
+    return offsets
+
+
+def _found(data: bytes, pattern: bytes) -> list[int]:
+    """Where `pattern` starts in `data`, each time, not overlapping (as `bytes.count` finds)."""
+    found, at = [], data.find(pattern)
+    while at >= 0:
+        found.append(at)
+        at = data.find(pattern, at + len(pattern))
+    return found
+
+
 def _events(data: bytes | bytearray, start: int, end: int, whole: bool) -> tuple[int, bool]:
     """`whole_events` of the body's bytes `data[start:end]`, `whole` where nothing of the
     queue is cut short after them."""

@@ -15,7 +15,7 @@ import bisect
 import enum
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -36,6 +36,7 @@ from pytest_latency.metrics.apis import REASONING, UNKNOWN
 from pytest_latency.untrusted import safe_token
 from pytest_latency.wire import (
     DECODED_LIMIT,
+    LATER_EVENTS,
     ONE_RECORD,
     READ_COST,
     READY_SLACK_BYTES,
@@ -704,6 +705,13 @@ def _stamp_bounds(
             if arrival.whole_until is not None and t > arrival.whole_until:
                 # Its end was not queued when the socket was peeked, after the select.
                 hi = min(hi, t - readies[p])
+            placed = arrival.placed.get(t)
+            if placed is not None:
+                # The kernel's byte count placed its end: it came after the one and by the
+                # other, however long it then waited in the queue (`capture._received`).
+                after, by = placed
+                lo = max(lo, t - by)
+                hi = max(min(hi, t - after), lo)
         empty = drained.get(p)
         if empty is not None:
             # Nothing was queued on the socket then: what the pass read came after. Never
@@ -762,6 +770,9 @@ class _Arrival:
     # that was read then), or the request's start; None where it was watched (the pass's
     # earliest holds).
     since: int | None = None
+    # The stamps of the pass's chunks whose events' ends the kernel's byte counts placed
+    # (`WireRecord.span_passes`), each with when they came: after, by (`perf_counter_ns`).
+    placed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _kernel_arrivals(
@@ -779,8 +790,9 @@ def _kernel_arrivals(
         return {}
     # Each pass's (first chunk's stamp, events ended in it, chunks, events ended in all).
     read: dict[int, tuple[int, int, int, int]] = {}
-    # And each chunk that ended an event: (its stamp, the events the pass ended before it).
-    ending: dict[int, list[tuple[int, int]]] = {}
+    # And each chunk that ended an event: (its stamp, the events the pass ended before it, the
+    # events it ended).
+    ending: dict[int, list[tuple[int, int, int]]] = {}
     since: dict[int, int] = {}
     before = -1  # the pass that read the bytes before
     tail = b""
@@ -795,7 +807,10 @@ def _kernel_arrivals(
         first, in_first, chunks, events = read.get(p, (arrived, ended, 0, 0))
         read[p] = (first, in_first, chunks + 1, events + ended)
         if ended:
-            ending.setdefault(p, []).append((arrived, events))
+            ending.setdefault(p, []).append((arrived, events, ended))
+    spans: dict[int, dict[int, tuple[int, int]]] = {}
+    for p, number, after, by in zip(*record.span_notes, strict=True):
+        spans.setdefault(p, {})[number] = (after, by)
     said: dict[int, _Arrival] = {}
     for p, arrived, whole, ends, fresh in zip(*record.arrival_notes, strict=True):
         if p not in read or not record.t_start_ns <= arrived <= readies[p]:
@@ -822,10 +837,37 @@ def _kernel_arrivals(
         # Counted by stamp, a chunk stamped as the last whole one's left out with it.
         until = None
         if 0 <= whole < events:
-            until = max((t for t, n in ending.get(p, ()) if n < whole), default=first - 1)
+            until = max((t for t, n, _ in ending.get(p, ()) if n < whole), default=first - 1)
         older = since.get(p, record.t_start_ns) if fresh else None
-        said[p] = _Arrival(kind, arrived, first, until, older)
+        placed = _placed(ending.get(p, ()), spans.get(p), whole)
+        said[p] = _Arrival(kind, arrived, first, until, older, placed)
     return said
+
+
+def _placed(
+    ending: Iterable[tuple[int, int, int]], spans: dict[int, tuple[int, int]] | None, whole: int
+) -> dict[int, tuple[int, int]]:
+    """When the events each chunk of a pass ended came, as the byte counts placed them
+    (`spans`: each event's number in the pass's queue, after, by; `LATER_EVENTS` for every
+    event past the `whole` first): after the first's after and by the last's by, under the
+    chunk's stamp; a chunk with an event not placed, left out."""
+    if not spans:
+        return {}
+    later = spans.get(LATER_EVENTS)
+    placed: dict[int, tuple[int, int]] = {}
+    for t, before, ended in ending:
+        windows = [
+            window
+            for n in range(before, before + ended)
+            if (window := spans.get(n) if n < whole else later) is not None
+        ]
+        if not windows or len(windows) < ended:
+            continue
+        after, by = windows[0][0], windows[-1][1]
+        if t in placed:  # two chunks stamped alike: both
+            after, by = min(after, placed[t][0]), max(by, placed[t][1])
+        placed[t] = (after, by)
+    return placed
 
 
 def _split_url(url: str) -> tuple[str, str]:
