@@ -356,6 +356,15 @@ def test_the_byte_counts_place_each_event_however_long_it_waited() -> None:
         return call_metrics(r)
 
     assert measured(placed=False).stamp_error_max_ms == pytest.approx(19.5)
+    # A window that contradicts the kernel's time stamp (its "after" later than the newest
+    # data came) is left out, not clamped to it: the stamp would look exact (review, session
+    # 21).
+    r = _chat_record(stamps, passes, stamp_passes=1)
+    _arrived(r, 30, 118.5, 1, ends=False)  # the stamp at 121.5: 3 ms late at least
+    _placed(r, 30, 0, 119.0, 119.2)
+    contradicted = call_metrics(r)
+    assert contradicted.stamp_error_max_ms == pytest.approx(19.5)
+    assert contradicted.flagged == ("client_saturated",)
     m = measured(placed=True)
     # The first and last stamps' passes' bound (0.5-2.5 ms late) is the widest left.
     assert m.stamp_error_max_ms == pytest.approx(2.0)

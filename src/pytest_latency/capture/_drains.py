@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import time
 
 from pytest_latency.capture._received import Received
 
@@ -65,8 +66,6 @@ class Drains:
         """Hold the socket numbered `fd` from `now` on (no probe before `now` speaks for it);
         and count what `counted`, that socket, receives, where its bytes are its body's as
         written (in the clear)."""
-        if counted is not None and self.received is not None:
-            self.received.watch(counted)
         try:
             self._epoll.register(fd, select.EPOLLIN)
         except FileExistsError:  # held already (a socket reused for another attempt)
@@ -74,6 +73,10 @@ class Drains:
         except (OSError, ValueError):  # closed since, or the monitor closed
             return
         self._since[fd] = now
+        # Counted only where the probes hold it too: an asking trusts their word that a socket
+        # holds nothing (review, session 21).
+        if counted is not None and self.received is not None:
+            self.received.watch(counted)
 
     def forget(self, fd: int) -> None:
         """Stop holding the socket numbered `fd` (its attempts have ended)."""
@@ -100,6 +103,7 @@ class Drains:
             return
         self._last = now
         room = len(self._since) + 1
+        looked = time.perf_counter_ns()
         try:
             found = self._epoll.poll(0, room)
         except (OSError, ValueError):
@@ -118,7 +122,7 @@ class Drains:
         # After this probe: a socket holding data now holds it through the asking (no reader
         # runs in between).
         if received is not None:
-            received.ask(named)
+            received.ask(named, looked)
         for fd in [fd for fd in streak if fd not in named]:
             del streak[fd]
         prior = self._prior

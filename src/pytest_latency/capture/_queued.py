@@ -91,33 +91,43 @@ def event_end_offsets(
     if not framing.in_the_clear or count < 0:
         return None
     spans = [(0, size)] if framing is Framing.RAW else _chunks(queued, size)[0]
-    if spans is None:
+    if not spans:
         return None
-    data = b"".join(bytes(queued[start:end]) for start, end in spans)
-    # As `event_ends` counts them: each of its two patterns apart, left to right.
-    ends = sorted(
-        at + len(pattern) for pattern in (b"\n\n", b"\r\n\r\n") for at in _found(data, pattern)
+    if len(spans) == 1:
+        # The usual queue, one span, read where it lies (`whole_events`' reason).
+        ((start, end),) = spans
+        offsets = _ends(queued, start, end)
+    else:
+        data = b"".join(bytes(queued[start:end]) for start, end in spans)
+        offsets = []
+        joined, more = 0, iter(spans)
+        start, end = next(more)
+        for at in _ends(data, 0, len(data)):
+            # Each end's index in the joined bytes, back to the queue's.
+            while at > joined + end - start:
+                joined += end - start
+                start, end = next(more)
+            offsets.append(start + at - joined)
+    return offsets if len(offsets) == count else None
+
+
+def _ends(data: bytes | bytearray, start: int, end: int) -> list[int]:
+    """Where each event `event_ends` counts in `data[start:end]` ends: the index just past its
+    empty line, in order. As it counts them: each of its two patterns apart, left to right."""
+    return sorted(
+        at + len(pattern)
+        for pattern in (b"\n\n", b"\r\n\r\n")
+        for at in _found(data, pattern, start, end)
     )
-    if len(ends) != count:
-        return None
-    # Each end's index in the joined bytes, back to the queue's.
-    offsets, joined = [], 0
-    spans_left = iter(spans)
-    start, end = next(spans_left, (0, 0))
-    for at in ends:
-        while at > joined + end - start:
-            joined += end - start
-            start, end = next(spans_left)
-        offsets.append(start + at - joined)
-    return offsets
 
 
-def _found(data: bytes, pattern: bytes) -> list[int]:
-    """Where `pattern` starts in `data`, each time, not overlapping (as `bytes.count` finds)."""
-    found, at = [], data.find(pattern)
+def _found(data: bytes | bytearray, pattern: bytes, start: int, end: int) -> list[int]:
+    """Where `pattern` starts in `data[start:end]`, each time, not overlapping (as
+    `bytes.count` finds)."""
+    found, at = [], data.find(pattern, start, end)
     while at >= 0:
         found.append(at)
-        at = data.find(pattern, at + len(pattern))
+        at = data.find(pattern, at + len(pattern), end)
     return found
 
 

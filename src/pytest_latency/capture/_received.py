@@ -35,6 +35,8 @@ import time
 _BYTES_RECEIVED = 128
 _INFO_SIZE = _BYTES_RECEIVED + 8
 _TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
+# tcpi_state (byte 0) where the peer has not closed: ESTABLISHED, FIN_WAIT1, FIN_WAIT2.
+_OPEN_STATES = frozenset({1, 4, 5})
 # The counts one socket keeps between peeks: one a read that found new data. Past this, the
 # oldest go, and the bytes they placed are no longer placed (a consumer this far behind is
 # beyond the queue a peek copies whole anyway).
@@ -42,14 +44,17 @@ KEPT_COUNTS = 256
 
 
 def received(sock: socket.socket) -> int | None:
-    """The kernel's count of the bytes `sock` has received, or None where it cannot say."""
+    """The kernel's count of the bytes `sock` has received, or None where it cannot say: a
+    kernel before the count, or a connection whose peer has closed (the count takes in the
+    FIN as a byte, which no read returns: each event placed from it would be a byte on, and
+    have the window of the bytes after it; review, session 21)."""
     if _TCP_INFO is None:
         return None
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _INFO_SIZE)
     except OSError:
         return None
-    if len(info) < _INFO_SIZE:  # a kernel before the count
+    if len(info) < _INFO_SIZE or info[0] not in _OPEN_STATES:
         return None
     count: int = struct.unpack_from("=Q", info, _BYTES_RECEIVED)[0]
     return count
@@ -143,19 +148,22 @@ class Received:
         counts.at = began
         return count
 
-    def ask(self, holding: set[int] | None = None) -> None:
+    def ask(self, holding: set[int] | None = None, looked: int = 0) -> None:
         """Read the count of each held socket that received data since the last asking; and
-        of those `holding` data now (found so just before, by a level-triggered epoll), where
-        one is not named, nothing came to it since it was last named, read or not."""
+        of those `holding` data (found so by a level-triggered epoll begun at `looked`, just
+        before), where one is not named, nothing came to it since it was last named, read or
+        not."""
         held = self._held
         if not held:
             return
-        began = time.perf_counter_ns()
-        if holding is not None and not holding:
-            # No socket holds data: none can be named (epoll names only those that do), and
-            # one nothing reads had nothing come since its last count. No epoll_wait.
-            self._asked = began
+        if holding is not None and not holding and looked:
+            # No socket held data when looked at: none can have been named then (epoll names
+            # only those that do), and one nothing reads had nothing come since its last count.
+            # As of the look, not now: the thread may have waited for the GIL since, and data
+            # come meanwhile (review, session 21). No epoll_wait.
+            self._asked = max(self._asked, looked)
             return
+        began = time.perf_counter_ns()
         room = len(held) + 1
         named: list[tuple[int, int]] = []
         try:
@@ -192,12 +200,12 @@ class Received:
         socket the select before returned (its reader took its data in the pass since, unseen
         by the askings), ask, and hold the sockets now returned apart until the next select."""
         held = self._held
-        began = time.perf_counter_ns()
+        self.ask()
         for fd in self._reading:
             counts = held.get(fd)
-            if counts is not None:
-                self._read(fd, counts, counts.at, began)
-        self.ask()
+            # Those the asking named were read by it.
+            if counts is not None and counts.at != self._asked:
+                self._read(fd, counts, counts.at, time.perf_counter_ns())
         reading = self._reading = returned & held.keys()
         for fd in reading:
             # Not read yet: what came before this asking and was not named came after it.
@@ -205,11 +213,20 @@ class Received:
             counts.at = max(counts.at, self._asked)
 
     def count(self, fd: int) -> int | None:
-        """The held socket `fd`'s count now (for a peek to place its queue), or None."""
+        """The held socket `fd`'s count (for a peek to place its queue): as the last asking
+        read it, where it did (nothing came since that is not in it, if a second count after
+        the peek is the same), or read now; None where it cannot be read."""
         counts = self._held.get(fd)
         if counts is None:
             return None
+        if counts.at == self._asked:
+            return counts.last
         return self._read(fd, counts, self._since(fd, counts), time.perf_counter_ns())
+
+    def holds(self, fd: int, sock: object) -> bool:
+        """Whether the descriptor `fd` is still held for `sock` (not another socket's since)."""
+        counts = self._held.get(fd)
+        return counts is not None and counts.sock is sock
 
     def window(self, fd: int, end: int, now: int) -> tuple[int, int] | None:
         """When the byte before count `end` of the socket `fd` came: (after, by), in

@@ -756,7 +756,7 @@ def _peek(
     watched_since: dict[int, int] | None = None,
     returned_before: frozenset[int] | set[int] = frozenset(),
     received: Received | None = None,
-    tails: list[tuple[WireRecord, int, int, int]] | None = None,
+    tails: list[tuple[WireRecord, int, int, int, socket.socket]] | None = None,
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
     one after a `long` pass, else, after a select that did not wait (`polled`), those peeked
@@ -793,7 +793,11 @@ def _peek(
                 return
             wall = (before + after) // 2
         counted = (
-            received.count(key.fd) if received is not None and peer.framing.in_the_clear else None
+            received.count(key.fd)
+            if received is not None
+            and peer.framing.in_the_clear
+            and received.holds(key.fd, peer.sock)
+            else None
         )
         try:
             size, ancillary, _, _ = peer.sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
@@ -812,11 +816,21 @@ def _peek(
                     record.arrival_fresh.append(fresh)
                     noted.append((record, _reader(key), index))
                     if counted is not None and received is not None:
+                        newest = record.arrivals_ns[-1]
                         placed = _place(
-                            record, index, key.fd, received, counted, buffer, size, peer, whole
+                            record,
+                            index,
+                            key.fd,
+                            received,
+                            counted,
+                            buffer,
+                            size,
+                            peer,
+                            whole,
+                            newest,
                         )
                         if placed and tails is not None and whole >= 0:
-                            tails.append((record, index, key.fd, counted))
+                            tails.append((record, index, key.fd, counted, peer.sock))
 
 
 def _place(
@@ -829,19 +843,26 @@ def _place(
     size: int,
     peer: _Peer,
     whole: int,
+    newest: int,
 ) -> bool:
     """Note on `record` when each of the `whole` events a peek of pass `index` copied whole
     came, as `received`'s byte counts of socket `fd` place it (`WireRecord.span_passes`): where
     the peek copied the queue whole (`size` bytes of `buffer`) and the count, `counted` before
     it, did not move during it, the queue's last byte is the count's, and each event's end is
-    placed by its offset from there. Whether the queue was placed so (the events the pass read
-    past it then may be, `_place_later`)."""
+    placed by its offset from there. Not where the count shows the queue's last byte come
+    after `newest`, the kernel's time stamp of it (`perf_counter_ns`): the kernel counts bytes as
+    TCP takes them, which a busy machine's deferred softirq may hold back from the stamp (review,
+    session 21). Whether the queue was placed so (the events the pass read past it then may be,
+    `_place_later`)."""
     if not 0 < size < len(buffer) or received.count(fd) != counted:
         return False
     offsets = event_end_offsets(buffer, size, peer.framing, whole)
     if offsets is None:
         return False
     now = time.perf_counter_ns()  # what the peek found queued came by then
+    last = received.window(fd, counted, now)
+    if last is not None and last[0] > newest + CLOCK_PAIR_NS:
+        return False
     start = counted - size
     for number, offset in enumerate(offsets):
         window = received.window(fd, start + offset, now)
@@ -854,16 +875,19 @@ def _place(
     return True
 
 
-def _place_later(tails: list[tuple[WireRecord, int, int, int]], received: Received) -> None:
+def _place_later(
+    tails: list[tuple[WireRecord, int, int, int, socket.socket]], received: Received
+) -> None:
     """At the select after a pass whose peek placed a socket's queue (`tails`: the attempt,
-    the pass, the socket, the count at the peek), place the events that pass read past that
+    the pass, the socket's descriptor, the count at the peek, the socket), place the events that
+    pass read past that
     queue (`LATER_EVENTS`): their ends came after the peek's count, and by where the pass's
     reads ended (`Received.read_to`). Not where the pass's notes were taken back (`_unread`:
     it did not read the socket)."""
     now = time.perf_counter_ns()
-    for record, index, fd, counted in tails:
+    for record, index, fd, counted, sock in tails:
         passes = record.arrival_passes
-        if not passes or passes[-1] != index:
+        if not passes or passes[-1] != index or not received.holds(fd, sock):
             continue
         read_to = received.read_to(fd)
         if read_to is None or read_to <= counted:
@@ -1010,6 +1034,9 @@ def watch_socket(
                 monitor.drains.forget(fd)  # a socket closed since, its number reused
             counted = raw if framing.in_the_clear else None
             monitor.drains.watch(fd, time.perf_counter_ns(), counted)
+    # A connection kept alive carries each response in its own framing (a JSON body's length,
+    # then a stream's chunks): the newest attempt's, the one a peek reads (review, session 21).
+    peer.framing = framing
     peer.records.append(record)
 
 
@@ -1040,7 +1067,8 @@ def _time_passes(
     passes = log.readies_ns
     Ready = list[tuple[selectors.SelectorKey, int]]
     noted: list[tuple[WireRecord, object, int]] = []  # the last pass's arrivals (`_peek`)
-    tails: list[tuple[WireRecord, int, int, int]] = []  # its placed queues (`_place_later`)
+    # Its placed queues (`_place_later`).
+    tails: list[tuple[WireRecord, int, int, int, socket.socket]] = []
     buffer = bytearray(PEEK_BYTES)  # this loop's peeks' (one thread's: no other writes it)
     # The pass each descriptor was last registered for reading before (`register`, `modify`):
     # anyio's transports register their socket at each receive and drop it after, so a socket

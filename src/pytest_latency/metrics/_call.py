@@ -706,19 +706,19 @@ def _stamp_bounds(
                 # Its end was not queued when the socket was peeked, after the select.
                 hi = min(hi, t - readies[p])
             placed = arrival.placed.get(t)
-            if placed is not None:
+            if placed is not None and lo <= t - placed[0] and t - placed[1] <= hi:
                 # The kernel's byte count placed its end: it came after the one and by the
-                # other, however long it then waited in the queue (`capture._received`).
-                after, by = placed
-                lo = max(lo, t - by)
-                hi = max(min(hi, t - after), lo)
+                # other, however long it then waited in the queue (`capture._received`). Not
+                # where it contradicts what else is shown: one of them is wrong, and the
+                # window alone would make the stamp look exact (review, session 21).
+                lo, hi = max(lo, t - placed[1]), min(hi, t - placed[0])
         empty = drained.get(p)
-        if empty is not None:
-            # Nothing was queued on the socket then: what the pass read came after. Never
-            # below what the kernel's time stamp showed: loopback stamps a packet as it is
-            # queued, before the softirq delivers it to the socket, which a probe may find
-            # empty in between (review, session 20).
-            hi = max(min(hi, t - empty), lo)
+        if empty is not None and t - empty >= lo:
+            # Nothing was queued on the socket then: what the pass read came after. Not where
+            # that is after what the kernel's time stamp showed: loopback stamps a packet as it
+            # is queued, before the softirq delivers it to the socket, which a probe may find
+            # empty in between (review, session 20); the stamp then looked exact (session 21).
+            hi = min(hi, t - empty)
         # Each bound rests on its stamp's upper bound, and so on that stamp's wait for a CPU.
         bounds.append((min(lo, hi), hi, woken[p]))
     shown = [t - lo for t, (lo, _, _) in zip(stamps, bounds, strict=True)]
