@@ -62,7 +62,7 @@ def test_a_probe_sees_a_socket_empty_until_data_comes_and_again_once_read(
     # Too soon after the last probe, or after the loop's select: no probe, nothing new.
     drains.probe(t + PROBE_EVERY_NS + 1)
     assert drains.empty_at(fd) == t + PROBE_EVERY_NS
-    drains.selected(t + 3 * PROBE_EVERY_NS, set())
+    drains.selected(t + 3 * PROBE_EVERY_NS)
     drains.probe(t + 3 * PROBE_EVERY_NS + 1)
     assert drains.empty_at(fd) == t + PROBE_EVERY_NS
     drains.probe(t + 4 * PROBE_EVERY_NS)

@@ -64,9 +64,6 @@ EVENT_LIMIT = 262_144
 # cannot count them: nothing known, or (TLS) only that the queue was one whole record.
 EVENTS_UNKNOWN = -1
 ONE_RECORD = -2
-# The event number (`WireRecord.span_events`) that places every event a pass read past those whole
-# in its peek's queue: their ends came between the peek's count and where the pass's reads ended.
-LATER_EVENTS = -1
 
 
 def event_ends(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
@@ -216,17 +213,6 @@ class WireRecord:
     # attempt alone on the socket, none once capped, taken back if the pass did not read it.
     drained_passes: array[int] = field(default_factory=lambda: array("q"))
     drained_ns: array[int] = field(default_factory=lambda: array("q"))
-    # (the pass's index in `loop_lag`, the event's number among those whole in the queue that
-    # pass's peek copied, after, by) for each such event the kernel's byte count places
-    # (`capture._received`): its end came after `after` and by `by` (`perf_counter_ns`). Only
-    # in the clear, where the peek copied the queue whole and the count did not move during
-    # it; same rules as the arrivals. 32 B an event. `LATER_EVENTS` for every event the pass
-    # read past those (their ends came after the peek, by where the pass's reads ended: noted at
-    # the next select).
-    span_passes: array[int] = field(default_factory=lambda: array("q"))
-    span_events: array[int] = field(default_factory=lambda: array("q"))
-    span_after_ns: array[int] = field(default_factory=lambda: array("q"))
-    span_by_ns: array[int] = field(default_factory=lambda: array("q"))
     # How many characters of prompt and output text `metrics` may keep for this attempt (the
     # plugin's --latency-capture-text). 0, the default, keeps none: hashes and sizes only.
     text_limit: int = 0
@@ -305,9 +291,3 @@ class WireRecord:
             self.arrival_ends,
             self.arrival_fresh,
         )
-
-    @property
-    def span_notes(self) -> tuple[array[int], ...]:
-        """What the byte counts placed, one entry each in every array, in step: the pass, the
-        event's number in its queue, after, by."""
-        return self.span_passes, self.span_events, self.span_after_ns, self.span_by_ns

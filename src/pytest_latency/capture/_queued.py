@@ -81,56 +81,6 @@ def whole_events(queued: bytearray, size: int, framing: Framing) -> tuple[int, b
     return _events(data, 0, len(data), whole)
 
 
-def event_end_offsets(
-    queued: bytearray, size: int, framing: Framing, count: int
-) -> list[int] | None:
-    """Where each of the `count` SSE events `whole_events` counted in the first `size` bytes of
-    `queued` ends: the queue's index just past its empty line, in order (in a chunked queue,
-    where those bytes lie between the size lines). None where they cannot be found as counted,
-    or for TLS."""
-    if not framing.in_the_clear or count < 0:
-        return None
-    spans = [(0, size)] if framing is Framing.RAW else _chunks(queued, size)[0]
-    if not spans:
-        return None
-    if len(spans) == 1:
-        # The usual queue, one span, read where it lies (`whole_events`' reason).
-        ((start, end),) = spans
-        offsets = _ends(queued, start, end)
-    else:
-        data = b"".join(bytes(queued[start:end]) for start, end in spans)
-        offsets = []
-        joined, more = 0, iter(spans)
-        start, end = next(more)
-        for at in _ends(data, 0, len(data)):
-            # Each end's index in the joined bytes, back to the queue's.
-            while at > joined + end - start:
-                joined += end - start
-                start, end = next(more)
-            offsets.append(start + at - joined)
-    return offsets if len(offsets) == count else None
-
-
-def _ends(data: bytes | bytearray, start: int, end: int) -> list[int]:
-    """Where each event `event_ends` counts in `data[start:end]` ends: the index just past its
-    empty line, in order. As it counts them: each of its two patterns apart, left to right."""
-    return sorted(
-        at + len(pattern)
-        for pattern in (b"\n\n", b"\r\n\r\n")
-        for at in _found(data, pattern, start, end)
-    )
-
-
-def _found(data: bytes | bytearray, pattern: bytes, start: int, end: int) -> list[int]:
-    """Where `pattern` starts in `data[start:end]`, each time, not overlapping (as
-    `bytes.count` finds)."""
-    found, at = [], data.find(pattern, start, end)
-    while at >= 0:
-        found.append(at)
-        at = data.find(pattern, at + len(pattern), end)
-    return found
-
-
 def _events(data: bytes | bytearray, start: int, end: int, whole: bool) -> tuple[int, bool]:
     """`whole_events` of the body's bytes `data[start:end]`, `whole` where nothing of the
     queue is cut short after them."""

@@ -52,19 +52,10 @@ from collections.abc import (
 from typing import Protocol
 
 from pytest_latency.capture._drains import Drains
-from pytest_latency.capture._queued import Framing, event_end_offsets, whole_events
-from pytest_latency.capture._received import Received
+from pytest_latency.capture._queued import Framing, whole_events
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
-from pytest_latency.wire import (
-    AWAY_NS,
-    LATER_EVENTS,
-    NOTE_COST,
-    READ_COST,
-    WAIT_NS,
-    LoopLag,
-    WireRecord,
-)
+from pytest_latency.wire import AWAY_NS, NOTE_COST, READ_COST, WAIT_NS, LoopLag, WireRecord
 
 Clock = Callable[[], int]
 
@@ -755,8 +746,6 @@ def _peek(
     polled: bool = True,
     watched_since: dict[int, int] | None = None,
     returned_before: frozenset[int] | set[int] = frozenset(),
-    received: Received | None = None,
-    tails: list[tuple[WireRecord, int, int, int, socket.socket]] | None = None,
 ) -> None:
     """Ask the kernel when the data queued on each captured socket in `ready` arrived (each
     one after a `long` pass, else, after a select that did not wait (`polled`), those peeked
@@ -765,10 +754,8 @@ def _peek(
     for unknown; `returned_before`, the descriptors the last select returned: its reader may
     have left data behind, asyncio's taking 256 KiB at most, or failed), copying
     the queue into `buffer` without taking it, and note that and the events whole in it on the
-    one attempt in flight there (`WireRecord.arrivals_ns`) as pass `index`'s, with when each of
-    those events came as `received`'s byte counts place it (`_place`; and in `tails` what
-    `_place_later` needs at the next select); and in `noted`, with the reader's handle, for
-    `_unread` to take back if the pass did not read it."""
+    one attempt in flight there (`WireRecord.arrivals_ns`) as pass `index`'s; and in `noted`,
+    with the reader's handle, for `_unread` to take back if the pass did not read it."""
     now = wall = 0
     for key, events in ready:
         peer = _peer_of(key, events, sockets)
@@ -792,13 +779,6 @@ def _peek(
             if after - before > CLOCK_PAIR_NS:
                 return
             wall = (before + after) // 2
-        counted = (
-            received.count(key.fd)
-            if received is not None
-            and peer.framing.in_the_clear
-            and received.holds(key.fd, peer.sock)
-            else None
-        )
         try:
             size, ancillary, _, _ = peer.sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
         except OSError:  # closed since (the descriptor may be another socket's now), or drained
@@ -815,90 +795,6 @@ def _peek(
                     record.arrival_ends.append(ends)
                     record.arrival_fresh.append(fresh)
                     noted.append((record, _reader(key), index))
-                    if counted is not None and received is not None:
-                        newest = record.arrivals_ns[-1]
-                        placed = _place(
-                            record,
-                            index,
-                            key.fd,
-                            received,
-                            counted,
-                            buffer,
-                            size,
-                            peer,
-                            whole,
-                            newest,
-                        )
-                        if placed and tails is not None and whole >= 0:
-                            tails.append((record, index, key.fd, counted, peer.sock))
-
-
-def _place(
-    record: WireRecord,
-    index: int,
-    fd: int,
-    received: Received,
-    counted: int,
-    buffer: bytearray,
-    size: int,
-    peer: _Peer,
-    whole: int,
-    newest: int,
-) -> bool:
-    """Note on `record` when each of the `whole` events a peek of pass `index` copied whole
-    came, as `received`'s byte counts of socket `fd` place it (`WireRecord.span_passes`): where
-    the peek copied the queue whole (`size` bytes of `buffer`) and the count, `counted` before
-    it, did not move during it, the queue's last byte is the count's, and each event's end is
-    placed by its offset from there. Not where the count shows the queue's last byte come
-    after `newest`, the kernel's time stamp of it (`perf_counter_ns`): the kernel counts bytes as
-    TCP takes them, which a busy machine's deferred softirq may hold back from the stamp (review,
-    session 21). Whether the queue was placed so (the events the pass read past it then may be,
-    `_place_later`)."""
-    if not 0 < size < len(buffer) or received.count(fd) != counted:
-        return False
-    offsets = event_end_offsets(buffer, size, peer.framing, whole)
-    if offsets is None:
-        return False
-    now = time.perf_counter_ns()  # what the peek found queued came by then
-    last = received.window(fd, counted, now)
-    if last is not None and last[0] > newest + CLOCK_PAIR_NS:
-        return False
-    start = counted - size
-    for number, offset in enumerate(offsets):
-        window = received.window(fd, start + offset, now)
-        if window is not None:
-            record.span_passes.append(index)
-            record.span_events.append(number)
-            record.span_after_ns.append(window[0])
-            record.span_by_ns.append(window[1])
-    received.placed(fd, start)
-    return True
-
-
-def _place_later(
-    tails: list[tuple[WireRecord, int, int, int, socket.socket]], received: Received
-) -> None:
-    """At the select after a pass whose peek placed a socket's queue (`tails`: the attempt,
-    the pass, the socket's descriptor, the count at the peek, the socket), place the events that
-    pass read past that
-    queue (`LATER_EVENTS`): their ends came after the peek's count, and by where the pass's
-    reads ended (`Received.read_to`). Not where the pass's notes were taken back (`_unread`:
-    it did not read the socket)."""
-    now = time.perf_counter_ns()
-    for record, index, fd, counted, sock in tails:
-        passes = record.arrival_passes
-        if not passes or passes[-1] != index or not received.holds(fd, sock):
-            continue
-        read_to = received.read_to(fd)
-        if read_to is None or read_to <= counted:
-            continue
-        first, last = received.window(fd, counted + 1, now), received.window(fd, read_to, now)
-        if first is not None and last is not None:
-            record.span_passes.append(index)
-            record.span_events.append(LATER_EVENTS)
-            record.span_after_ns.append(first[0])
-            record.span_by_ns.append(last[1])
-    tails.clear()
 
 
 def _peer_of(key: selectors.SelectorKey, events: int, sockets: dict[int, _Peer]) -> _Peer | None:
@@ -966,10 +862,6 @@ def _unread(noted: list[tuple[WireRecord, object, int]]) -> None:
         if record.drained_passes and record.drained_passes[-1] == index:
             record.drained_passes.pop()
             record.drained_ns.pop()
-        spans = record.span_passes
-        while spans and spans[-1] == index:
-            for kept in record.span_notes:
-                kept.pop()
     noted.clear()
 
 
@@ -1032,10 +924,11 @@ def watch_socket(
         if monitor.drains is not None:
             if peer is not None:
                 monitor.drains.forget(fd)  # a socket closed since, its number reused
-            counted = raw if framing.in_the_clear else None
-            monitor.drains.watch(fd, time.perf_counter_ns(), counted)
+            monitor.drains.watch(fd, time.perf_counter_ns())
     # A connection kept alive carries each response in its own framing (a JSON body's length,
-    # then a stream's chunks): the newest attempt's, the one a peek reads (review, session 21).
+    # then a stream's chunks): the newest attempt's, the one a peek reads, not the first's
+    # (review, session 21: a stream parsed as RAW could count a chunk's closing CRLF as an
+    # event's end).
     peer.framing = framing
     peer.records.append(record)
 
@@ -1067,8 +960,6 @@ def _time_passes(
     passes = log.readies_ns
     Ready = list[tuple[selectors.SelectorKey, int]]
     noted: list[tuple[WireRecord, object, int]] = []  # the last pass's arrivals (`_peek`)
-    # Its placed queues (`_place_later`).
-    tails: list[tuple[WireRecord, int, int, int, socket.socket]] = []
     buffer = bytearray(PEEK_BYTES)  # this loop's peeks' (one thread's: no other writes it)
     # The pass each descriptor was last registered for reading before (`register`, `modify`):
     # anyio's transports register their socket at each receive and drop it after, so a socket
@@ -1098,7 +989,6 @@ def _time_passes(
         if noted:
             _unread(noted)
         if len(passes) >= log.pass_limit:
-            tails.clear()
             return select(timeout)
         polled = clock()
         waits, before, slept = False, b"", None
@@ -1133,12 +1023,6 @@ def _time_passes(
             first = now - margin - woken
         else:
             first, woken = last[0], 0
-        fds = {key.fd for key, _ in ready} if sockets else set()
-        if drains is not None:
-            # Asks the byte counts first: the peeks place their queues' events by them.
-            drains.selected(now, fds)
-            if tails and drains.received is not None:
-                _place_later(tails, drains.received)
         if sockets and ready:
             # A select that waited returned only data that arrived while it waited (any queued
             # before would have ended the wait at once): its bound is tight, and a transport's
@@ -1154,12 +1038,12 @@ def _time_passes(
                 polled=not woke,
                 watched_since=watched_since,
                 returned_before=returned[0],
-                received=None if drains is None else drains.received,
-                tails=tails,
             )
-        returned[0] = fds
-        if drains is not None and sockets and ready:
-            _drained(ready, sockets, len(passes), drains, noted)
+        returned[0] = {key.fd for key, _ in ready} if sockets else set()
+        if drains is not None:
+            if sockets and ready:
+                _drained(ready, sockets, len(passes), drains, noted)
+            drains.selected(now)
         earliest(first)
         wokens(woken)
         readies(now)

@@ -15,7 +15,7 @@ import bisect
 import enum
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -36,7 +36,6 @@ from pytest_latency.metrics.apis import REASONING, UNKNOWN
 from pytest_latency.untrusted import safe_token
 from pytest_latency.wire import (
     DECODED_LIMIT,
-    LATER_EVENTS,
     ONE_RECORD,
     READ_COST,
     READY_SLACK_BYTES,
@@ -705,19 +704,14 @@ def _stamp_bounds(
             if arrival.whole_until is not None and t > arrival.whole_until:
                 # Its end was not queued when the socket was peeked, after the select.
                 hi = min(hi, t - readies[p])
-            placed = arrival.placed.get(t)
-            if placed is not None and lo <= t - placed[0] and t - placed[1] <= hi:
-                # The kernel's byte count placed its end: it came after the one and by the
-                # other, however long it then waited in the queue (`capture._received`). Not
-                # where it contradicts what else is shown: one of them is wrong, and the
-                # window alone would make the stamp look exact (review, session 21).
-                lo, hi = max(lo, t - placed[1]), min(hi, t - placed[0])
         empty = drained.get(p)
         if empty is not None and t - empty >= lo:
             # Nothing was queued on the socket then: what the pass read came after. Not where
             # that is after what the kernel's time stamp showed: loopback stamps a packet as it
             # is queued, before the softirq delivers it to the socket, which a probe may find
-            # empty in between (review, session 20); the stamp then looked exact (session 21).
+            # empty in between (review, session 20). Left out then, not clamped to the stamp,
+            # which would make the stamp of an event queued before the newest look exact
+            # (review, session 21).
             hi = min(hi, t - empty)
         # Each bound rests on its stamp's upper bound, and so on that stamp's wait for a CPU.
         bounds.append((min(lo, hi), hi, woken[p]))
@@ -770,9 +764,6 @@ class _Arrival:
     # that was read then), or the request's start; None where it was watched (the pass's
     # earliest holds).
     since: int | None = None
-    # The stamps of the pass's chunks whose events' ends the kernel's byte counts placed
-    # (`WireRecord.span_passes`), each with when they came: after, by (`perf_counter_ns`).
-    placed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _kernel_arrivals(
@@ -790,9 +781,8 @@ def _kernel_arrivals(
         return {}
     # Each pass's (first chunk's stamp, events ended in it, chunks, events ended in all).
     read: dict[int, tuple[int, int, int, int]] = {}
-    # And each chunk that ended an event: (its stamp, the events the pass ended before it, the
-    # events it ended).
-    ending: dict[int, list[tuple[int, int, int]]] = {}
+    # And each chunk that ended an event: (its stamp, the events the pass ended before it).
+    ending: dict[int, list[tuple[int, int]]] = {}
     since: dict[int, int] = {}
     before = -1  # the pass that read the bytes before
     tail = b""
@@ -807,10 +797,7 @@ def _kernel_arrivals(
         first, in_first, chunks, events = read.get(p, (arrived, ended, 0, 0))
         read[p] = (first, in_first, chunks + 1, events + ended)
         if ended:
-            ending.setdefault(p, []).append((arrived, events, ended))
-    spans: dict[int, dict[int, tuple[int, int]]] = {}
-    for p, number, after, by in zip(*record.span_notes, strict=True):
-        spans.setdefault(p, {})[number] = (after, by)
+            ending.setdefault(p, []).append((arrived, events))
     said: dict[int, _Arrival] = {}
     for p, arrived, whole, ends, fresh in zip(*record.arrival_notes, strict=True):
         if p not in read or not record.t_start_ns <= arrived <= readies[p]:
@@ -837,37 +824,10 @@ def _kernel_arrivals(
         # Counted by stamp, a chunk stamped as the last whole one's left out with it.
         until = None
         if 0 <= whole < events:
-            until = max((t for t, n, _ in ending.get(p, ()) if n < whole), default=first - 1)
+            until = max((t for t, n in ending.get(p, ()) if n < whole), default=first - 1)
         older = since.get(p, record.t_start_ns) if fresh else None
-        placed = _placed(ending.get(p, ()), spans.get(p), whole)
-        said[p] = _Arrival(kind, arrived, first, until, older, placed)
+        said[p] = _Arrival(kind, arrived, first, until, older)
     return said
-
-
-def _placed(
-    ending: Iterable[tuple[int, int, int]], spans: dict[int, tuple[int, int]] | None, whole: int
-) -> dict[int, tuple[int, int]]:
-    """When the events each chunk of a pass ended came, as the byte counts placed them
-    (`spans`: each event's number in the pass's queue, after, by; `LATER_EVENTS` for every
-    event past the `whole` first): after the first's after and by the last's by, under the
-    chunk's stamp; a chunk with an event not placed, left out."""
-    if not spans:
-        return {}
-    later = spans.get(LATER_EVENTS)
-    placed: dict[int, tuple[int, int]] = {}
-    for t, before, ended in ending:
-        windows = [
-            window
-            for n in range(before, before + ended)
-            if (window := spans.get(n) if n < whole else later) is not None
-        ]
-        if not windows or len(windows) < ended:
-            continue
-        after, by = windows[0][0], windows[-1][1]
-        if t in placed:  # two chunks stamped alike: both
-            after, by = min(after, placed[t][0]), max(by, placed[t][1])
-        placed[t] = (after, by)
-    return placed
 
 
 def _split_url(url: str) -> tuple[str, str]:
