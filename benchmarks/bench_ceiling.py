@@ -38,6 +38,8 @@ each call's flags and bounds) as JSON; `--load` judges a saved run again without
     python benchmarks/bench_ceiling.py --quick        # fewer levels, one round each
     python benchmarks/bench_ceiling.py --repeats 3    # steadier ceilings (~8 s a round)
     python benchmarks/bench_ceiling.py --load run.json  # a saved run, judged again
+    python benchmarks/bench_ceiling.py --keep-flagged calls/  # the calls of rounds the flag
+                                                             # got wrong, whole (pickles)
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import inspect
 import json
 import math
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -136,7 +139,9 @@ async def _parsed(raw: Any) -> Any:
     return await parsed if inspect.isawaitable(parsed) else parsed
 
 
-async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: float) -> list[Stream]:
+async def _worker(
+    variant: str, n: int, base: str, start_at: float, ramp_s: float
+) -> tuple[list[Stream], list[tuple[str, Any]]]:
     from pytest_latency.metrics import call_metrics
     from pytest_latency.wire import WireRecord
 
@@ -225,22 +230,30 @@ async def _worker(variant: str, n: int, base: str, start_at: float, ramp_s: floa
         await asyncio.gather(*(paced(s, rng.uniform(0, ramp_s)) for s in streams))
     finally:
         await (client.aclose() if kind == "httpx2" else client.close())
+    kept: list[tuple[str, Any]] = []  # (request id, record), for --keep-flagged
     if captured:
         by_marker = {s.marker: s for s in streams}
         for record in records:
             marker = record.request_body.decode().rsplit("[", 1)[1].split("]")[0]
             m = call_metrics(record)
             s = by_marker[marker]
+            kept.append((s.request_id, record))
             s.flagged = m.flagged
             s.lag_ms = m.loop_lag_max_ms
             s.bound_ms = m.stamp_error_max_ms
             s.pass_bound_ms = call_metrics(without_arrivals(record)).stamp_error_max_ms
             s.stamps = content_times(record, m)
-    return streams
+    return streams, kept
 
 
-def worker_main(variant: str, n: int, base: str, start_at: float, ramp_s: float) -> None:
-    streams = asyncio.run(_worker(variant, n, base, start_at, ramp_s))
+def worker_main(
+    variant: str, n: int, base: str, start_at: float, ramp_s: float, keep: str = ""
+) -> None:
+    streams, kept = asyncio.run(_worker(variant, n, base, start_at, ramp_s))
+    if keep and kept:
+        # The records whole (their loop's passes, the peeks' notes), for the orchestrator to
+        # keep where the round had a call the flag got wrong.
+        Path(keep).write_bytes(pickle.dumps(kept))
     rows = [
         [s.request_id, s.stamps, list(s.flagged), s.lag_ms, s.bound_ms, s.pass_bound_ms]
         for s in streams
@@ -301,9 +314,15 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
     shares = [n // workers + (i < n % workers) for i in range(workers)]
     worker = [sys.executable, __file__, "--worker", variant]
     round_args = [base, repr(start_at), str(args.ramp_s)]
+    keeps = [
+        str(args.keep_flagged / f".worker-{os.getpid()}-{i}.pkl") if args.keep_flagged else ""
+        for i in range(len(shares))
+    ]
     procs = [
-        subprocess.Popen([*worker, str(k), *round_args], stdout=subprocess.PIPE, text=True, env=env)
-        for k in shares
+        subprocess.Popen(
+            [*worker, str(k), *round_args, keep], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for k, keep in zip(shares, keeps, strict=True)
     ]
     r = Round(variant, workers, n)
     seen: list[tuple[str, list[int], list[str], float | None, float | None, float | None]] = []
@@ -339,7 +358,28 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
         elif not flagged and least > P99_TARGET_MS:
             r.late_unflagged += 1
             r.misses.append((worst, least, bound_ms, pass_bound_ms))
+    _keep_flagged(r, truth, [Path(k) for k in keeps if k])
     return r
+
+
+def _keep_flagged(r: Round, truth: dict[str, Any], parts: list[Path]) -> None:
+    """Where an instrumented round had a late call unflagged or a punctual one flagged, keep its
+    calls whole beside the workers' parts (`--keep-flagged`): a pickle of (request id, record,
+    the simulator's truth) for every call of the round, for a diagnosis to read again (the
+    figures here are only each call's worst error and bound). The workers' parts go either way."""
+    try:
+        if parts and (r.late_unflagged or r.flagged_fine):
+            calls = [
+                (request_id, record, truth.get(request_id))
+                for part in parts
+                if part.exists()
+                for request_id, record in pickle.loads(part.read_bytes())
+            ]
+            name = f"{r.variant}-n{r.n}-w{r.workers}-{time.strftime('%H%M%S')}.pkl"
+            (parts[0].parent / name).write_bytes(pickle.dumps(calls))
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)
 
 
 def show(r: Round) -> None:
@@ -570,7 +610,8 @@ def _summary(
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         variant, n, base, start_at, ramp_s = sys.argv[2:7]
-        worker_main(variant, int(n), base, float(start_at), float(ramp_s))
+        keep = sys.argv[7] if len(sys.argv) > 7 else ""
+        worker_main(variant, int(n), base, float(start_at), float(ramp_s), keep)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", type=int, nargs="+", default=[10, 25, 50, 75, 100, 150, 200])
@@ -588,7 +629,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="10 50 100 200, one round each")
     ap.add_argument("--save", type=Path, help="write every round's errors here (JSON)")
     ap.add_argument("--load", type=Path, help="judge the rounds a --save wrote; run nothing")
+    ap.add_argument(
+        "--keep-flagged",
+        type=Path,
+        help="keep here the calls whole (records, truth) of each instrumented round with a "
+        "late call unflagged or a punctual one flagged",
+    )
     args = ap.parse_args()
+    if args.keep_flagged:
+        args.keep_flagged.mkdir(parents=True, exist_ok=True)
     if args.quick:
         args.streams, args.repeats = [10, 50, 100, 200], 1
     argv = " ".join(sys.argv[1:])
