@@ -376,7 +376,8 @@ def _keep_flagged(r: Round, truth: dict[str, Any], parts: list[Path]) -> None:
                 for request_id, record in pickle.loads(part.read_bytes())
             ]
             name = f"{r.variant}-n{r.n}-w{r.workers}-{time.strftime('%H%M%S')}.pkl"
-            (parts[0].parent / name).write_bytes(pickle.dumps(calls))
+            if calls:  # none from a bare client's round: it keeps no records
+                (parts[0].parent / name).write_bytes(pickle.dumps(calls))
     finally:
         for part in parts:
             part.unlink(missing_ok=True)
