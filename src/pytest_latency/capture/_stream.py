@@ -837,8 +837,10 @@ def _drained(
         if peer is None or not peer.framing.in_the_clear:
             continue
         empty = drains.empty_at(key.fd)
-        record = None if empty is None else _sole_attempt(peer)
-        if record is not None and empty is not None:
+        if empty is None:
+            continue
+        record = _sole_attempt(peer)
+        if record is not None:
             record.drained_passes.append(index)
             record.drained_ns.append(empty)
             noted.append((record, _reader(key), index))
