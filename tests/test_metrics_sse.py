@@ -154,11 +154,12 @@ def test_one_huge_line_parses_in_linear_time() -> None:
     # 10 MB in 20-70 ms (it was ~90 s).
     seconds, _ = _one_long_line(10_000_000)
     assert seconds < 1.0, seconds
-    # Best of five pairs: a busy machine only ever adds time, and a slow pair (2.9 beside two CPU
-    # hogs and a second test run; 3.3 as the best of three at load 6 on 2 cores) is the
-    # machine's, not the parser's.
-    growth = min(_one_long_line(8_000_000)[1] / _one_long_line(2_000_000)[1] for _ in range(5))
-    assert growth < 2.5, growth  # linear: 1 (0.9-1.6 measured); quadratic: 4
+    # At 8 MB, against the yardstick of that size: linear code read 1.4-7.6 beside two CPU hogs
+    # (session 22), the quadratic parser 8,000. (The growth from 2 MB to 8 MB, 1 against 4, is
+    # too near for a busy machine: a best of five pairs read 2.9 and 3.3 under load, and once
+    # failed a local run.) Best of three: a busy machine only ever adds time.
+    times = min(_one_long_line(8_000_000)[1] for _ in range(3))
+    assert times < 40, times
 
 
 _LINES = st.one_of(

@@ -665,13 +665,10 @@ def test_a_socket_peeked_every_pass_is_peeked_only_when_registered_since_the_las
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("library", ["httpx2", "aiohttp"])
-def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library: str) -> None:
-    """The loop is held from 2 ms after each token (10 ms apart, from a simulator in a process
-    of its own) until 0.3 ms after the next arrives: each stamp is a fraction of a ms late, but
-    the passes alone say it may have waited the whole hold (over the target: flagged,
-    falsely). The kernel's arrival times, each that of the token the simulator sent, say how
-    late it really was."""
+def _held_stream(library: str) -> tuple[WireRecord, TruthRecord]:
+    """One stream of 20 tokens 10 ms apart from a simulator in a process of its own, the loop
+    held from 2 ms after each token until 0.3 ms after the next is due: the record and the
+    simulator's truth of it."""
     with remote_simulator(*paced(decode_ms_per_token=10.0, output_tokens=20)) as base:
 
         async def main() -> list[WireRecord]:
@@ -716,33 +713,54 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
 
         (record,) = asyncio.run(main())
         truth = truth_of(record, truth_log(base))
-    m = call_metrics(record)
-    errors = [abs(e) for e in itl_errors(m, truth)] + [abs(error_of(record, m, truth).ttft)]
-    passes_only = call_metrics(without_arrivals(record))
-    assert passes_only.stamp_error_max_ms is not None and m.stamp_error_max_ms is not None
-    # The holds made the passes long: alone, they bound the stamps past the target.
-    assert passes_only.stamp_error_max_ms > STAMP_TARGET_MS, passes_only.stamp_error_max_ms
-    # Each arrival the kernel gave for a pass that read one content chunk is that token's:
-    # after the simulator began its write, before it noted the write done (0.2 ms either way
-    # for the two clocks' reads), not another's 10 ms away.
-    log = record.loop_lag
-    assert log is not None
-    content = [
-        i for i, (_, _, c) in enumerate(record.reads) if b'"content":"' in c and b'"role"' not in c
-    ]
-    sent = dict(zip(content, truth.content_events, strict=True))
-    read_in: dict[int, list[int]] = {}  # the reads whose data each pass read off the socket
-    for i, (_, arrived, _) in enumerate(record.reads):
-        p = bisect.bisect_right(log.readies_ns, arrived) - 1 - record.stamp_passes
-        read_in.setdefault(p, []).append(i)
-    checked = 0
-    for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True):
-        if len(read_in.get(p, ())) == 1 and read_in[p][0] in sent:
-            event = sent[read_in[p][0]]
-            began, done = event.sent_span_ns
-            assert began - 200_000 <= arrived <= done + 200_000, p
-            checked += 1
+    return record, truth
+
+
+@pytest.mark.parametrize("library", ["httpx2", "aiohttp"])
+def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library: str) -> None:
+    """The loop is held from 2 ms after each token (10 ms apart, from a simulator in a process
+    of its own) until 0.3 ms after the next arrives: each stamp is a fraction of a ms late, but
+    the passes alone say it may have waited the whole hold (over the target: flagged,
+    falsely). The kernel's arrival times, each that of the token the simulator sent, say how
+    late it really was."""
+    # A busy machine can make the simulator miss the holds (its token then comes to an idle
+    # loop, in a short pass the kernel is not asked about): too few passes are left to check
+    # (2 of 20 once in CI). Each stream's arrivals are checked; only a stream with too few is
+    # run again, at most twice.
+    for _ in range(3):
+        record, truth = _held_stream(library)
+        m = call_metrics(record)
+        errors = [abs(e) for e in itl_errors(m, truth)] + [abs(error_of(record, m, truth).ttft)]
+        passes_only = call_metrics(without_arrivals(record))
+        assert passes_only.stamp_error_max_ms is not None
+        # The holds made the passes long: alone, they bound the stamps past the target.
+        assert passes_only.stamp_error_max_ms > STAMP_TARGET_MS, passes_only.stamp_error_max_ms
+        # Each arrival the kernel gave for a pass that read one content chunk is that token's:
+        # after the simulator began its write, before it noted the write done (0.2 ms either way
+        # for the two clocks' reads), not another's 10 ms away.
+        log = record.loop_lag
+        assert log is not None
+        content = [
+            i
+            for i, (_, _, c) in enumerate(record.reads)
+            if b'"content":"' in c and b'"role"' not in c
+        ]
+        sent = dict(zip(content, truth.content_events, strict=True))
+        read_in: dict[int, list[int]] = {}  # the reads whose data each pass read off the socket
+        for i, (_, arrived, _) in enumerate(record.reads):
+            p = bisect.bisect_right(log.readies_ns, arrived) - 1 - record.stamp_passes
+            read_in.setdefault(p, []).append(i)
+        checked = 0
+        for p, arrived in zip(record.arrival_passes, record.arrivals_ns, strict=True):
+            if len(read_in.get(p, ())) == 1 and read_in[p][0] in sent:
+                event = sent[read_in[p][0]]
+                began, done = event.sent_span_ns
+                assert began - 200_000 <= arrived <= done + 200_000, p
+                checked += 1
+        if checked >= 5:
+            break
     assert checked >= 5, checked
+    assert m.stamp_error_max_ms is not None
     # The bound is sound against what was sent (the least error the simulator's notes before
     # and after each write allow: a busy machine may preempt it between the two)
     # and, when each long pass that read a token read only that (the kernel's time stamp is
