@@ -19,7 +19,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Imported here so they stay loaded: pytester's in-process runs drop every module first imported
@@ -32,6 +32,7 @@ from framework_scenarios import SCENARIOS, Scenario, modes, record_calls
 from remote_sim import (
     PACED_DECODE_MS,
     PACED_TOKENS,
+    content_times,
     error_of,
     paced,
     paced_simulator,
@@ -96,6 +97,9 @@ class Run:
     records: list[WireRecord]
     ttft_errors: list[float]  # |measured - truth| in ms, per call past the warmup
     tpot_errors: list[float]
+    # The least |ttft error| the simulator's span around its first content write allows, ms,
+    # of each call the product did not flag (its promise: within the target, or flagged).
+    unflagged_ttft_least: list[float] = field(default_factory=list)
 
 
 def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRecord]) -> Run:
@@ -109,6 +113,10 @@ def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRe
         error = error_of(record, measured, truth)
         run.ttft_errors.append(error.ttft)
         run.tpot_errors.append(error.tpot)
+        if not measured.flagged:
+            first, last = truth.content_events[0].sent_span_ns
+            stamp = content_times(record, measured)[0]
+            run.unflagged_ttft_least.append(max(stamp - last, first - stamp, 0) / 1e6)
     return run
 
 
@@ -139,7 +147,12 @@ def test_a_framework_is_measured_as_the_simulator_sent(
     # Per case, a bound that a consumer-paced stamp or a parse bias (tens of ms) breaks and a
     # busy machine's wake-up delays (1-3 ms a read at load 3 on 2 cores) do not.
     assert statistics.median(run.ttft_errors) <= CASE_P50_BOUND_MS, run.ttft_errors
-    assert max(run.ttft_errors) <= MAX_BOUND_MS, run.ttft_errors
+    # The worst call alone, against the simulator's span around its write and only where the
+    # product did not flag it: a simulator preempted between its write and its note of it (48 ms
+    # once beside two hogs, tests/test_capture_aiohttp.py) is not the stamp's error, and a call
+    # the machine starved is flagged `cpu_starved`.
+    worst = max(run.unflagged_ttft_least, default=0.0)
+    assert worst <= MAX_BOUND_MS, (run.unflagged_ttft_least, run.ttft_errors)
     assert statistics.median(run.tpot_errors) <= P50_BOUND_MS, run.tpot_errors
 
 
