@@ -188,7 +188,9 @@ def test_limit_holds_and_the_wait_for_a_slot_is_inside_ttft(sim: SimServer) -> N
     for r in served[3:]:
         assert r.queue_ns > 0 and r.t_slot_ns == r.t_received_ns + r.queue_ns
         freed = max(t for t in ends if t <= r.t_slot_ns)
-        assert r.t_slot_ns - freed < 10e6, (r.t_slot_ns - freed, r.queue_ns)
+        # Handed on late by a whole service would be 41 ms (1 + 10 x 4); under 25 leaves a
+        # busy machine's thread switches room (nine hand-offs, each one can be late).
+        assert r.t_slot_ns - freed < 25e6, (r.t_slot_ns - freed, r.queue_ns)
         # The schedule starts in the slot: ttft = the wait + what an unqueued request takes. Its
         # first content was due 1 ms (headers) + 4 ms (a token) after the slot, as the log's
         # own due time says exactly; how late it was sent is the machine's (27 ms beside two
