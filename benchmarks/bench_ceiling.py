@@ -64,7 +64,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx2
-from _common import P50_TARGET_MS, P99_TARGET_MS, ROOT, error_pct, load, spawn_sim, target_excess
+from _common import (
+    P50_TARGET_MS,
+    P99_TARGET_MS,
+    ROOT,
+    error_pct,
+    load,
+    spawn_sim,
+    steal_ms,
+    target_excess,
+)
 from remote_sim import content_times, error_span_ms, paced, truth_log, without_arrivals
 
 from pytest_latency.metrics import STAMP_TARGET_MS
@@ -303,6 +312,7 @@ class Round:
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     load: float = 0.0
+    steal_ms: float = 0.0  # the hypervisor's steal over the round, all CPUs (`_common.steal_ms`)
 
     def honest(self) -> bool:
         return excess([self]) <= 1
@@ -318,6 +328,7 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
         str(args.keep_flagged / f".worker-{os.getpid()}-{i}.pkl") if args.keep_flagged else ""
         for i in range(len(shares))
     ]
+    stolen = steal_ms()
     procs = [
         subprocess.Popen(
             [*worker, str(k), *round_args, keep], stdout=subprocess.PIPE, text=True, env=env
@@ -332,6 +343,7 @@ def run_round(base: str, variant: str, n: int, workers: int, args: argparse.Name
             raise SystemExit(f"worker {variant} failed ({proc.returncode})")
         seen += [(a, b, c, d, e, f) for a, b, c, d, e, f in json.loads(out)]
     r.load = os.getloadavg()[0]
+    r.steal_ms = steal_ms() - stolen
     truth = {t.request_id: t for t in truth_log(base)}
     httpx2.delete(f"{base}/_sim/truth").raise_for_status()
     for request_id, stamps, flagged, lag_ms, bound_ms, pass_bound_ms in seen:
@@ -391,7 +403,7 @@ def show(r: Round) -> None:
         f"{r.variant:>18} {r.workers:>2} {r.n:>5} {r.calls - r.failed:>4}/{r.calls:<4} "
         f"{error_pct(r.ttft, 50):6.2f}/{error_pct(r.ttft, 99):7.2f} "
         f"{error_pct(r.itl, 50):6.2f}/{error_pct(r.itl, 99):7.2f} "
-        f"{'yes' if r.honest() else 'no':>6} {flags:>13} {r.load:6.2f}",
+        f"{'yes' if r.honest() else 'no':>6} {flags:>13} {r.load:6.2f} {r.steal_ms:6.0f}",
         flush=True,
     )
 
@@ -533,7 +545,7 @@ def _agreement(calls: list[Seen], signal: str, threshold: float) -> str:
 
 HEAD = (
     f"{'variant':>18} {'-n':>2} {'streams':>5} {'ok':>9} {'ttft p50/p99':>14} "
-    f"{'itl p50/p99':>14} {'honest':>6} {'flagged late':>13} {'load':>6}"
+    f"{'itl p50/p99':>14} {'honest':>6} {'flagged late':>13} {'load':>6} {'steal':>6}"
 )
 
 
