@@ -373,12 +373,23 @@ def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> Non
             # hogs and a second test worker: server p50 116 ms against 155 ms; session 11). Less
             # 15 % on top: a mean think time, a p50 line.
             think = _think_ms(truths, ids)
-            floor = (predicted - (think if clients > FOUR_SLOTS.max_concurrency else 0)) * 0.85 - 1
+            # And below it where the clients kept fewer streams in service than they could:
+            # the server slows each stream's decode by the streams in service when it
+            # plans it (beside two hogs at C = 4, a think time of 41 ms: p50 17 ms against
+            # 23; session 22). Held to the model at the count it saw, not to less.
+            seen = int(stats.percentile(sorted(_serving_at_slot(t, truths) for t in served), 50))
+            if seen < min(clients, FOUR_SLOTS.max_concurrency):
+                predicted_seen = expected_under_load(FOUR_SLOTS, max(1, seen), prompt_tokens=7)
+                floor_ms = predicted_seen.ttft_ms
+            else:
+                floor_ms = predicted
+            line = think if clients > FOUR_SLOTS.max_concurrency else 0
+            floor = (floor_ms - line) * 0.85 - 1
             # "Within the target, or flagged": a call whose stamps a starved client held back
             # says so (cpu_starved, client_saturated), and is held to nothing more.
             honest = [(rid, r) for rid, r in steady if not call_metrics(r).flagged]
             errors = sorted(_ttft_error_ms(record, by_id[rid]) for rid, record in honest)
-            figures = (clients, predicted, think, server_p50, errors)
+            figures = (clients, predicted, think, seen, server_p50, errors)
             assert floor <= server_p50 <= predicted * 1.05 + 1, figures
             if not errors:  # every call flagged (16 streams beside two hogs): none is promised
                 continue
@@ -400,6 +411,15 @@ def _ttft_error_ms(record: WireRecord, truth: TruthRecord) -> float:
     (the stream carries no usage, so no tpot: `remote_sim.signed_error_of` wants one)."""
     sent_ms = (truth.content_events[0].t_sent_ns - record.t_start_ns) / 1e6
     return _ttft_ms(record) - sent_ms
+
+
+def _serving_at_slot(truth: TruthRecord, truths: list[TruthRecord]) -> int:
+    """How many requests, this one included, held a slot when it got its own: the count the
+    server's plan slows its decode by."""
+    at = truth.t_slot_ns
+    assert at is not None
+    held = [(t.t_slot_ns, t.t_done_ns) for t in truths if t.t_slot_ns is not None]
+    return sum(1 for slot, done in held if slot <= at and (done is None or at < done))
 
 
 def _planned_ttft_ms(truth: TruthRecord) -> float:
