@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import httpx2
 
 from pytest_latency.metrics import CallMetrics
-from pytest_latency.sim import LatencyModel, TruthRecord
+from pytest_latency.sim import LatencyModel, TruthEvent, TruthRecord
 from pytest_latency.wire import WireRecord
 
 
@@ -160,6 +160,20 @@ def content_times(record: WireRecord, measured: CallMetrics) -> list[int]:
     return times
 
 
+def _signed_span(stamp_ns: int, event: TruthEvent) -> tuple[int, int]:
+    """A content stamp's signed error against the span in which its event's bytes left, least
+    and most, ns."""
+    first, last = event.sent_span_ns
+    return stamp_ns - last, stamp_ns - first
+
+
+def ttft_least_ms(stamp_ns: int, truth: TruthRecord) -> float:
+    """The least |error| the first content stamp can have against what the simulator sent, ms
+    (`error_span_ms`'s ttft figure, alone)."""
+    lo, hi = _signed_span(stamp_ns, truth.content_events[0])
+    return max(lo, -hi, 0) / 1e6
+
+
 def error_span_ms(stamps_ns: list[int], truth: TruthRecord) -> tuple[float, float]:
     """The least and the most the call's worst |error| (its ttft, from the first content stamp,
     and each gap) can be against what the simulator sent, ms, from each content event's stamp
@@ -167,10 +181,8 @@ def error_span_ms(stamps_ns: list[int], truth: TruthRecord) -> tuple[float, floa
     the simulator between the write and its note of it, ms apart). Each figure's least and most
     are taken alone: the least is a floor of what the kindest send times allow, the most a
     ceiling."""
-    spans = []
-    for t, event in zip(stamps_ns, truth.content_events, strict=True):
-        first, last = event.sent_span_ns
-        spans.append((t - last, t - first))  # the stamp's signed error, least and most
+    events = zip(stamps_ns, truth.content_events, strict=True)
+    spans = [_signed_span(t, event) for t, event in events]
     figures = spans[:1] + [  # the ttft, then each gap
         (lo - before_hi, hi - before_lo)
         for (before_lo, before_hi), (lo, hi) in itertools.pairwise(spans)

@@ -39,6 +39,7 @@ from remote_sim import (
     remote_simulator,
     truth_log,
     truth_of,
+    ttft_least_ms,
 )
 
 from pytest_latency import capture
@@ -114,9 +115,8 @@ def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRe
         run.ttft_errors.append(error.ttft)
         run.tpot_errors.append(error.tpot)
         if not measured.flagged:
-            first, last = truth.content_events[0].sent_span_ns
             stamp = content_times(record, measured)[0]
-            run.unflagged_ttft_least.append(max(stamp - last, first - stamp, 0) / 1e6)
+            run.unflagged_ttft_least.append(ttft_least_ms(stamp, truth))
     return run
 
 

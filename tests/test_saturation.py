@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic  # noqa: F401  (loaded once: pytester runs re-import nothing)
 import httpx2
@@ -1524,6 +1524,29 @@ def _hold_the_gil() -> None:
     del held
 
 
+_T = TypeVar("_T")
+
+
+async def _read_after(sock: socket.socket, trigger: Callable[[], _T]) -> tuple[int, _T]:
+    """Watch `sock` for reading on the running loop, let the monitor's passes idle 20 ms, call
+    `trigger`; when a reader callback sees the data, take it off: the callback's time, and what
+    `trigger` returned."""
+    loop = asyncio.get_running_loop()
+    came: asyncio.Future[int] = loop.create_future()
+
+    def arrived() -> None:
+        if not came.done():
+            came.set_result(time.perf_counter_ns())
+
+    loop.add_reader(sock, arrived)
+    await asyncio.sleep(0.02)  # the monitor's passes, idle
+    triggered = trigger()
+    read = await came
+    loop.remove_reader(sock)
+    sock.recv(10)
+    return read, triggered
+
+
 def _reads_with_the_gil_held(provoke: Callable[[Callable[[], None]], threading.Thread]) -> None:
     """Five times, on a monitored loop reading a socket whose data a process of its own sends
     1 ms after each go: `provoke(go)` starts a thread that holds the GIL around the data's
@@ -1549,23 +1572,12 @@ def _reads_with_the_gil_held(provoke: Callable[[Callable[[], None]], threading.T
             pipe.flush()
 
         async def main() -> tuple[WireRecord, list[int]]:
-            loop = asyncio.get_running_loop()
             record = _record(time.perf_counter_ns())
             _stream.watch_loop(record, time.perf_counter_ns)
             reads: list[int] = []
             for _ in range(5):
-                came: asyncio.Future[int] = loop.create_future()
-
-                def arrived(came: asyncio.Future[int] = came) -> None:
-                    if not came.done():
-                        came.set_result(time.perf_counter_ns())
-
-                loop.add_reader(a, arrived)
-                await asyncio.sleep(0.02)  # the monitor's passes, idle
-                thread = provoke(go)
-                reads.append(await came)
-                loop.remove_reader(a)
-                a.recv(10)
+                read, thread = await _read_after(a, lambda: provoke(go))
+                reads.append(read)
                 thread.join()
             record.t_eof_ns = time.perf_counter_ns()
             return record, reads
@@ -1614,28 +1626,21 @@ def test_a_wait_in_which_the_thread_never_slept_is_bounded_as_a_poll() -> None:
     selector = _Stolen()
 
     async def main() -> tuple[WireRecord, list[int], list[int]]:
-        loop = asyncio.get_running_loop()
         record = _record(time.perf_counter_ns())
         _stream.watch_loop(record, time.perf_counter_ns)
         reads: list[int] = []
         sent: list[int] = []
-        for _ in range(3):
-            came: asyncio.Future[int] = loop.create_future()
 
-            def arrived(came: asyncio.Future[int] = came) -> None:
-                if not came.done():
-                    came.set_result(time.perf_counter_ns())
+        def send() -> None:
+            sent.append(time.perf_counter_ns())
+            b.send(b"x")
 
-            def send() -> None:
-                sent.append(time.perf_counter_ns())
-                b.send(b"x")
-
-            loop.add_reader(a, arrived)
-            await asyncio.sleep(0.02)  # the monitor's passes, idle
+        def arm() -> None:
             selector.send = send
-            reads.append(await came)
-            loop.remove_reader(a)
-            a.recv(10)
+
+        for _ in range(3):
+            read, _ = await _read_after(a, arm)
+            reads.append(read)
         record.t_eof_ns = time.perf_counter_ns()
         return record, reads, sent
 
