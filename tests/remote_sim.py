@@ -9,9 +9,11 @@ import contextlib
 import itertools
 import subprocess
 import sys
+import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import httpx2
 
@@ -205,3 +207,26 @@ def without_arrivals(record: WireRecord) -> WireRecord:
         drained_passes=array("q"),
         drained_ns=array("q"),
     )
+
+
+def away_after_the_role(
+    client: Any, away_s: float, records: list[WireRecord], then: Callable[[], None] | None = None
+) -> WireRecord:
+    """One chat stream through `client` (an openai client instrumented to append to `records`):
+    its role event read, the consumer away `away_s`, `then` called, the rest read; its record."""
+    records.clear()
+    stream = client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "q"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = iter(stream)
+    next(chunks)  # the role event
+    time.sleep(away_s)  # the content events arrive meanwhile
+    if then is not None:
+        then()
+    for _ in chunks:
+        pass
+    (record,) = records
+    return record

@@ -17,7 +17,6 @@ import json
 import random
 import statistics
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from framework_scenarios import SCENARIOS, Scenario, modes, record_calls
 from remote_sim import (
     PACED_DECODE_MS,
     PACED_TOKENS,
+    away_after_the_role,
     content_times,
     error_of,
     paced,
@@ -320,21 +320,12 @@ def _held_first_content(
     """The record of a stream read as the test above needs it: the role event read alone, 80
     ms away, then the first content's read held off the GIL."""
     first = b""
-    for _ in range(3):
-        records.clear()
-        stream = client.chat.completions.create(
-            model="gpt-4o-mini",
-            messages=[{"role": "user", "content": "q"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        chunks = iter(stream)
-        next(chunks)  # the role chunk
-        time.sleep(0.080)  # the content events arrive meanwhile
+
+    def arm() -> None:
         backend.armed = True
-        for _ in chunks:
-            pass
-        (record,) = records
+
+    for _ in range(3):
+        record = away_after_the_role(client, 0.080, records, arm)
         first = record.reads[0][2]
         # A busy machine may hold the consumer off until the content came: then try again.
         if first.count(b"data:") == 1 and b'"content":""' in first:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_latency.metrics import CallMetrics, call_metrics
-from pytest_latency.wire import READY_SLACK_BYTES, WireRecord
+from pytest_latency.wire import EVENTS_UNKNOWN, READY_SLACK_BYTES, AskedArrival, WireRecord
 
 MS = 1_000_000  # ns
 T0 = 10_000 * MS  # an arbitrary perf_counter origin: metrics must subtract it
@@ -1013,6 +1013,48 @@ def test_reads_whose_bytes_the_socket_held_at_an_earlier_ask_are_buffered_howeve
     assert call_metrics(record).flagged == ("consumer_bound",)
     record.ready = [(2, 10_000), (7, 10_000)]  # only later (and an index past the reads)
     assert call_metrics(record).flagged == ()
+
+
+def test_a_buffered_sync_read_s_events_whole_at_its_ask_are_timed_by_the_kernel() -> None:
+    """A sync consumer away when its data came finds it queued, and the read is stamped at the
+    ask. The kernel's arrival time of the newest data queued then (`asked_arrivals`: read
+    index, arrival, events whole, ending at one's end) is the latest each event whole there can
+    have come by: the events counted from the asked read on, as many as the queue held, are
+    timed by it (and by no more than a later event is: they come in order); not the events
+    past them, nor where the note cannot be right or says nothing."""
+    chunks = [
+        (60.0, chat_chunk({"role": "assistant", "content": ""})),
+        (90.0, chat_chunk({"content": "t0"})),
+        (95.0, chat_chunk({"content": "t1"})),
+        (100.0, chat_chunk({"content": "t2"})),
+    ]
+    # Away 20 ms after the role event: t0 and t1 found queued, stamped at their asks.
+    record = make_record(CHAT_URL, chunks, waits_ms=[10.0, 0.1, 0.1, 1.0])
+    plain = call_metrics(record)
+    assert plain.ttft == 90_000 and plain.itl == (5_000.0, 5_000.0)  # the stamps (us)
+    record.asked_arrivals = [AskedArrival(1, T0 + 72 * MS, 1, True)]  # t0 alone, come at 72 ms
+    m = call_metrics(record)
+    assert m.ttft == 72_000 and m.itl == (23_000.0, 5_000.0)  # t1 and t2: as stamped
+    record.asked_arrivals = [AskedArrival(1, T0 + 76 * MS, 2, True)]  # t0 and t1, the newest 76
+    m = call_metrics(record)
+    assert m.ttft == 76_000 and m.itl == (0.0, 24_000.0)
+    assert m.e2e == plain.e2e and m.flagged == plain.flagged  # the flags are the reads' to say
+    for wrong in (
+        AskedArrival(1, T0 - 1 * MS, 1, True),  # before the request
+        AskedArrival(1, T0 + 91 * MS, 1, True),  # after the read it was taken at came
+        AskedArrival(1, T0 + 72 * MS, EVENTS_UNKNOWN, False),  # its bytes said nothing
+        AskedArrival(9, T0 + 72 * MS, 1, True),  # a read that is not there
+    ):
+        record.asked_arrivals = [wrong]
+        assert call_metrics(record).ttft == plain.ttft, wrong
+    # A later event's note bounds the earlier ones too: t2, queued alone at 97 ms.
+    record.asked_arrivals = [AskedArrival(3, T0 + 97 * MS, 1, True)]
+    m = call_metrics(record)
+    assert m.ttft == plain.ttft and m.itl == (5_000.0, 2_000.0)
+    # A capped record's last read may be cut short: its events cannot be counted.
+    record.asked_arrivals = [AskedArrival(1, T0 + 72 * MS, 1, True)]
+    record.dropped_reads = 1
+    assert call_metrics(record).ttft == plain.ttft
 
 
 # --- Plain data -----------------------------------------------------------------------------

@@ -1252,14 +1252,18 @@ def paced(llm_sim):
     llm_sim.set_model(llm_sim.model.replace(
         ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=6.0, jitter=0.0))
 
-@pytest.mark.latency("e2e.max < 250ms")
+# The kernel's arrival times put a buffered event's time back no later than its data came
+# (HTTP/1 in the clear): the slow call's e2e is the server's. Not its ttft: the first content
+# waits in the socket with the events after it while the consumer sleeps on the role chunk, and
+# all the kernel says is when the newest of them came, ~60 ms after the request.
+@pytest.mark.latency("ttft.max < 40ms")
 def test_budgeted(openai_client, latency, paced):
     with latency.sample(warmup=True):  # the client's first-use work is not the point here
         ask(openai_client, 0)
     with latency.sample():
         for _ in range(3):
             ask(openai_client, 0)
-        ask(openai_client, 0.025)  # slower than decode: consumer-bound, e2e > 250 ms
+        ask(openai_client, 0.060)  # slower than decode: consumer-bound, ttft ~60 ms
     assert len(latency.calls) == 4 and latency.calls[-1].final.consumer_bound
     with open("flags.json", "w") as f:
         json.dump([c.final.flagged for c in latency.calls], f)
@@ -1270,7 +1274,7 @@ def test_exclude_and_fail_on_a_consumer_bound_call(tester: pytest.Pytester) -> N
     tester.makepyfile(test_inner=CONSUMER)
     keep = tester.runpytest("--latency-sim=instant")
     keep.assert_outcomes(failed=1)
-    keep.stdout.fnmatch_lines(["*latency budget missed*", "*e2e.max*"])
+    keep.stdout.fnmatch_lines(["*latency budget missed*", "*ttft.max*"])
     exclude = tester.runpytest("--latency-sim=instant", "--latency-flagged=exclude")
     flags = json.loads((tester.path / "flags.json").read_text())
     assert flags[3] == ["consumer_bound"]

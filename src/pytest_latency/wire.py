@@ -27,7 +27,9 @@ those calls share (docs/metrics.md, "Client saturation").
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # What one record keeps of a body: the reads' bytes plus READ_COST per read (what a read's entry
 # costs in memory besides its bytes: a 3-tuple 64 B, two stamps 32 B each, a bytes header 33 B, a
@@ -66,12 +68,36 @@ EVENTS_UNKNOWN = -1
 ONE_RECORD = -2
 
 
+class AskedArrival(NamedTuple):
+    """What the kernel said of a sync consumer's socket when it asked for a read after an
+    absence and the socket held bytes not yet read (`WireRecord.asked_arrivals`)."""
+
+    read: int  # the index of the read asked for
+    # The kernel's time stamp of the newest data queued (SO_TIMESTAMPNS), as a
+    # `perf_counter_ns` reading.
+    arrived_ns: int
+    # The SSE events whole in the queue (`capture._queued.whole_events`; EVENTS_UNKNOWN where
+    # its bytes say nothing), and whether it ended at one's end.
+    events: int
+    ends: bool
+
+
 def event_ends(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
     """How many SSE events end in `data[start:end]` (its empty lines): the one count that
     capture's peek at a socket's queue and `metrics`' reading of the body both make, so that
     they agree. Only "\n\n" and "\r\n\r\n": a peek that finds another line end ("\r" alone)
     counts nothing."""
     return data.count(b"\n\n", start, end) + data.count(b"\r\n\r\n", start, end)
+
+
+def events_ended(chunks: Iterable[bytes]) -> Iterator[int]:
+    """How many SSE events end in each of a body's `chunks`, in order (`event_ends`): an end
+    split across two chunks is the later one's."""
+    tail = b""
+    for chunk in chunks:
+        joined = tail + chunk
+        yield event_ends(joined) - event_ends(tail)
+        tail = joined[-3:]
 
 
 # The most loop passes one lag log keeps (24 B each: 48 MB). A monitoring run lasts while calls
@@ -253,6 +279,13 @@ class WireRecord:
     # litellm's first sync stream, whose logging threads held a read of an event buffered 330
     # ms earlier for 383 us (the first content's stamp went 328 ms late and unflagged, CI).
     ready: list[tuple[int, int]] = field(default_factory=list)
+    # And for such an ask, where the socket stamps arrivals (Linux): when the newest of those
+    # bytes arrived and what whole events they held. `metrics` takes a buffered read's events
+    # that were whole there as come by that time, not when the consumer asked (litellm's sync
+    # stream parses its role event for 2-3 ms, 5-15 ms beside two CPU hogs, while the first
+    # content waits in the socket: its ttft was that much late and unflagged, session 23). At
+    # most one per `ready` note.
+    asked_arrivals: list[AskedArrival] = field(default_factory=list)
     # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
     # long garbage collection held the process (`gc_pauses.PAUSED`) over the same span as
     # `queued`. A collection stops every thread: time the consumer could not have read in.

@@ -273,7 +273,7 @@ class LatencyTransport(_Wrapper[SyncTransport]):
                 # record can be read until all of it is there), nor, to keep to one rule, a
                 # coded body's.
                 if framing.in_the_clear:
-                    timed.watch_socket(sock)
+                    timed.watch_socket(sock, framing)
                 response.stream = timed
         return response
 

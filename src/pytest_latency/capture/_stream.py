@@ -55,7 +55,15 @@ from pytest_latency.capture._drains import Drains
 from pytest_latency.capture._queued import Framing, whole_events
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
-from pytest_latency.wire import AWAY_NS, NOTE_COST, READ_COST, WAIT_NS, LoopLag, WireRecord
+from pytest_latency.wire import (
+    AWAY_NS,
+    NOTE_COST,
+    READ_COST,
+    WAIT_NS,
+    AskedArrival,
+    LoopLag,
+    WireRecord,
+)
 
 Clock = Callable[[], int]
 
@@ -366,11 +374,18 @@ class TimedBody:
         self._since = b"" if self._queue is None else self._queue.raw()
         self._paused = PAUSED[0]
         self._socket = -1
+        # Where the socket stamps arrivals: it, how it carries the body, and the buffer its
+        # peeks copy into (made at the first).
+        self._stamped: socket.socket | None = None
+        self._framing = Framing.OPAQUE
+        self._buffer: bytearray | None = None
 
-    def watch_socket(self, sock: object) -> None:
+    def watch_socket(self, sock: object, framing: Framing) -> None:
         """Ask `sock` (the socket the body is read from, where the binding knows it and its
-        bytes are this body's alone and as the server wrote them: HTTP/1 in the clear) how many
-        bytes it holds unread at each ask after an absence (`WireRecord.ready`). Not where the
+        bytes are this body's alone and as the server wrote them: HTTP/1 in the clear, carried
+        in `framing`) how many bytes it holds unread at each ask after an absence
+        (`WireRecord.ready`) and, where the kernel stamps arrivals, when the newest of them
+        came and what whole events they hold (`WireRecord.asked_arrivals`). Not where the
         platform cannot ask (no FIONREAD), nor of a socket without a descriptor."""
         if not CAN_ASK_UNREAD:
             return
@@ -378,8 +393,43 @@ class TimedBody:
             fd = sock.fileno()  # type: ignore[attr-defined]  # a socket of any make, or none
         except Exception:
             return
-        if isinstance(fd, int) and fd >= 0:
-            self._socket = fd
+        if not isinstance(fd, int) or fd < 0:
+            return
+        self._socket = fd
+        if _TIMESTAMPNS is not None and isinstance(sock, socket.socket):
+            # Arrivals from now on are stamped: the body's, which come after its head.
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
+            except OSError:
+                return
+            self._stamped, self._framing = sock, framing
+
+    def _ask(self) -> tuple[int, tuple[int, int, bool] | None]:
+        """What the socket holds unread as the consumer asks after an absence: its bytes (0
+        for none, or where it cannot say), and where the kernel stamped them and the peek
+        copied the whole queue, the newest's arrival as a `perf_counter_ns` reading, the
+        events whole in them and whether they end at one's end (`_queued.whole_events`)."""
+        unread = unread_bytes(self._socket)
+        sock = self._stamped
+        # Only a socket that holds data is peeked: Python waits for one with a timeout (the
+        # HTTP libraries' sync sockets) to be readable before it calls, MSG_DONTWAIT or not.
+        if sock is None or unread <= 0:
+            return unread, None
+        buffer = self._buffer
+        if buffer is None:
+            self._buffer = buffer = bytearray(PEEK_BYTES)
+        clocks = _clock_pair()
+        if clocks is None or unread >= len(buffer):  # past the buffer, a peek says nothing
+            return unread, None
+        try:
+            size, stamp = _peek_stamp(sock, buffer)
+        except OSError:  # closed since
+            return unread, None
+        if stamp is None:
+            return unread, None
+        now, wall = clocks
+        whole, ends = whole_events(buffer, size, self._framing)
+        return unread, (now - (wall - stamp), whole, ends)
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
@@ -404,9 +454,9 @@ class TimedBody:
                 # to the limit (`NOTE_COST`).
                 if asked - previous > away and room >= 0:
                     cpu = cpu_time() if fd >= 0 else -1
-                    unread = unread_bytes(sock) if sock >= 0 and timed else 0
+                    unread, kernel = self._ask() if sock >= 0 and timed else (0, None)
                 else:
-                    cpu, unread = -1, 0
+                    cpu, unread, kernel = -1, 0, None
                 try:
                     chunk = next(chunks)
                 except StopIteration:
@@ -418,6 +468,9 @@ class TimedBody:
                 if unread > 0:
                     record.ready.append((len(reads), unread))
                     room -= NOTE_COST
+                    if kernel is not None:
+                        record.asked_arrivals.append(AskedArrival(len(reads), *kernel))
+                        room -= NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
                 if arrived - previous > slow and timed and room >= 0:
@@ -773,28 +826,48 @@ def _peek(
             if not fresh and key.fd not in returned_before:
                 continue
         if not wall:  # the kernel's stamps are wall-clock
-            # Read between two wall-clock reads: a thread switch or a preemption between them
-            # would shift every arrival of the pass by as much (review, session 19).
-            before, now, after = time.time_ns(), time.perf_counter_ns(), time.time_ns()
-            if after - before > CLOCK_PAIR_NS:
+            clocks = _clock_pair()
+            if clocks is None:
                 return
-            wall = (before + after) // 2
+            now, wall = clocks
         try:
-            size, ancillary, _, _ = peer.sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
+            size, stamp = _peek_stamp(peer.sock, buffer)
         except OSError:  # closed since (the descriptor may be another socket's now), or drained
             continue
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(data) >= 16:
-                seconds, nanoseconds = struct.unpack_from("qq", data)
-                record = _sole_attempt(peer)
-                if record is not None:
-                    whole, ends = whole_events(buffer, size, peer.framing)
-                    record.arrival_passes.append(index)
-                    record.arrivals_ns.append(now - (wall - seconds * 1_000_000_000 - nanoseconds))
-                    record.arrival_events.append(whole)
-                    record.arrival_ends.append(ends)
-                    record.arrival_fresh.append(fresh)
-                    noted.append((record, _reader(key), index))
+        if stamp is not None:
+            record = _sole_attempt(peer)
+            if record is not None:
+                whole, ends = whole_events(buffer, size, peer.framing)
+                record.arrival_passes.append(index)
+                record.arrivals_ns.append(now - (wall - stamp))
+                record.arrival_events.append(whole)
+                record.arrival_ends.append(ends)
+                record.arrival_fresh.append(fresh)
+                noted.append((record, _reader(key), index))
+
+
+def _clock_pair() -> tuple[int, int] | None:
+    """A `perf_counter_ns` reading and the wall clock's at the same moment (the kernel's
+    arrival stamps are wall-clock), or None where the two wall-clock reads around it came over
+    `CLOCK_PAIR_NS` apart: a thread switch or a preemption between them would shift every
+    arrival mapped with the pair by as much (review, session 19)."""
+    before, now, after = time.time_ns(), time.perf_counter_ns(), time.time_ns()
+    if after - before > CLOCK_PAIR_NS:
+        return None
+    return now, (before + after) // 2
+
+
+def _peek_stamp(sock: socket.socket, buffer: bytearray) -> tuple[int, int | None]:
+    """Copy `sock`'s queue into `buffer` without taking it: how many bytes it copied, and the
+    kernel's wall-clock stamp (ns) of the newest of them where the socket stamps arrivals
+    (SO_TIMESTAMPNS), else None. Raises OSError where the socket holds nothing (it does not
+    wait) or is closed."""
+    size, ancillary, _, _ = sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack_from("qq", data)
+            return size, seconds * 1_000_000_000 + nanoseconds
+    return size, None
 
 
 def _peer_of(key: selectors.SelectorKey, events: int, sockets: dict[int, _Peer]) -> _Peer | None:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from pytest_latency.catalogue import DISTORTING_FLAGS
 from pytest_latency.metrics import apis
+from pytest_latency.metrics._asked import asked_shown
 from pytest_latency.metrics._body import decode_reads
 from pytest_latency.metrics._fingerprint import (
     PREFIX_HASH_CHARS,
@@ -42,7 +43,7 @@ from pytest_latency.wire import (
     WAIT_NS,
     LoopLag,
     WireRecord,
-    event_ends,
+    events_ended,
 )
 
 # Consumer-bound detector (sdk-findings §3.5): a read that waited under `wire.WAIT_NS` (0.3 ms; its
@@ -376,7 +377,13 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     )
     # Each content event's time: the earliest its arrival is shown by (its stamp, less the
     # lateness the loop's passes and the kernel's arrival times show); never before it came.
-    times = stamps if bounds is None else bounds.shown
+    # A sync call's, by the kernel's arrival times at the consumer's asks (`asked_shown`).
+    if bounds is not None:
+        times = bounds.shown
+    elif record.asked_arrivals and timed:
+        times = asked_shown(record, [(t, read) for t, read, _ in content])
+    else:
+        times = stamps
     ttft = ttfo = e2e = tpot = None
     itl: tuple[float, ...] = ()
     usage = scan.usage.result() if scan.usage is not None else None
@@ -785,15 +792,12 @@ def _kernel_arrivals(
     ending: dict[int, list[tuple[int, int]]] = {}
     since: dict[int, int] = {}
     before = -1  # the pass that read the bytes before
-    tail = b""
-    for _, arrived, chunk in record.reads:
+    ends_by_read = events_ended(chunk for _, _, chunk in record.reads)
+    for (_, arrived, _), ended in zip(record.reads, ends_by_read, strict=True):
         p = read_pass(arrived)
         if p not in read:
             since[p] = readies[before] if 0 <= before < p else record.t_start_ns
         before = p
-        # An event's end split across two reads is the later one's.
-        ended = event_ends(tail + chunk) - event_ends(tail)
-        tail = (tail + chunk)[-3:]
         first, in_first, chunks, events = read.get(p, (arrived, ended, 0, 0))
         read[p] = (first, in_first, chunks + 1, events + ended)
         if ended:
