@@ -1057,6 +1057,39 @@ def test_a_buffered_sync_read_s_events_whole_at_its_ask_are_timed_by_the_kernel(
     assert call_metrics(record).ttft == plain.ttft
 
 
+def _crlf(data: bytes) -> bytes:
+    return data.replace(b"\n", b"\r\n")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param([(200.0, chat_chunk({"content": "B"})[:-1])], id="ended-by-the-body-end"),
+        pytest.param(
+            [(200.0, _crlf(chat_chunk({"content": "B"}))[:-1]), (300.0, b"\n")],
+            id="crlf-blank-line-split",
+        ),
+        pytest.param(
+            [(200.0, chat_chunk({"content": "B"})[:-1] + b"\r\n")], id="lf-then-crlf-blank-line"
+        ),
+    ],
+)
+def test_a_peeks_count_is_not_paired_with_events_the_parser_ended_otherwise(
+    tail: list[tuple[float, bytes]],
+) -> None:
+    """The queue at t0's ask held t0 alone. An event the parser ends where the count of blank
+    lines does not (a last event without its blank line, a CRLF blank line split across two
+    reads, a blank line the count does not know) must not be timed by that queue's arrival:
+    it came 110 ms later (review, session 23: 150 ms early, end to end)."""
+    chunks = [(60.0, chat_chunk({"role": "assistant", "content": ""}))]
+    chunks += [(90.0, chat_chunk({"content": "A"})), *tail]
+    record = make_record(CHAT_URL, chunks, waits_ms=[10.0, 0.1] + [50.0] * len(tail))
+    record.asked_arrivals = [AskedArrival(1, T0 + 72 * MS, 1, True)]
+    m = call_metrics(record)
+    assert m.ttft == 72_000  # A, alone in the queue
+    assert m.e2e is not None and m.e2e >= 200_000, m.e2e  # B: its own stamp
+
+
 # --- Plain data -----------------------------------------------------------------------------
 
 

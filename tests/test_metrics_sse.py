@@ -30,6 +30,9 @@ from test_metrics import (
 )
 
 from pytest_latency.metrics import CallMetrics, call_metrics
+from pytest_latency.metrics._body import decode_reads
+from pytest_latency.metrics._ends import counted_ends
+from pytest_latency.metrics._scan import scan_body
 from pytest_latency.metrics._sse import SseEvent, SseParser
 
 
@@ -412,3 +415,21 @@ def test_arbitrary_json_payloads_never_raise(url: str, payloads: list[Any], as_j
         body = b"".join(sse(p, "error" if i == 2 else None) for i, p in enumerate(payloads))
         record = make_record(url, [(100.0, body)])
     _check_plain(call_metrics(record))
+
+
+def test_a_peeks_count_and_the_parser_are_matched_read_by_read() -> None:
+    """`counted_ends` says, read by read, how many events a peek's count of blank lines puts
+    there and whether the parser dispatched as many there: not where a comment's blank line is
+    counted, an event ended by a lone CR is dispatched a read before its count, or the body's
+    end finished one (the reads the kernel's arrival times must not be paired with)."""
+    reads = [b"data: a\n\n", b": ping\n\ndata: b\n\n", b"data: c\r\n\r", b"\ndata: d"]
+    scan = scan_body(
+        "/v1/chat/completions",
+        "text/event-stream",
+        True,
+        decode_reads([(0, 10 + i, chunk) for i, chunk in enumerate(reads)], ""),
+    )
+    assert list(scan.event_reads) == [0, 1, 2] and scan.end_read == 3
+    ended, agree = counted_ends(reads, scan.event_reads, scan.end_read)
+    assert ended == [1, 2, 0, 1]
+    assert list(agree) == [1, 0, 0, 0]

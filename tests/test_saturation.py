@@ -326,6 +326,16 @@ def test_the_kernels_arrival_time_makes_a_stamp_in_a_long_pass_exact() -> None:
     r = record(119.8)
     r.content_encoding = "gzip"
     assert call_metrics(replace(r, reads=r.reads)).stamp_error_max_ms != pytest.approx(2.0)
+    # Nor where the parser pairs the pass's read with other events than the count does (a
+    # comment: two blank lines, one event; `metrics._ends`): the passes' bound holds.
+    r = record(119.8)
+    asked, arrived, chunk = r.reads[2]
+    r.reads[2] = (asked, arrived, chunk + b": keep-alive\n\n")
+    r.arrival_events[0] = 2
+    m = call_metrics(r)
+    assert (m.stamp_error_max_ms, m.itl[0]) == pytest.approx((13.0, 21_000))
+    r.reads[2] = (asked, arrived, chunk + b"data: {}\n\n")  # two events, as counted: the kernel's
+    assert call_metrics(r).itl[0] == pytest.approx(19_800)
 
 
 def _arrived(

@@ -116,7 +116,9 @@ def _chunks(queued: bytearray, size: int) -> tuple[list[tuple[int, int]] | None,
             if not _hex(head.split(b";", 1)[0]):
                 return None, False
             return spans, False
-        digits = bytes(queued[at:line]).split(b";", 1)[0].strip(b" \t")
+        # Whitespace may come before a chunk extension, not before the size (RFC 9112 7.1):
+        # " 4783" is the tail of an SSE line ("id: 4783") in a queue read from mid-chunk.
+        digits = bytes(queued[at:line]).split(b";", 1)[0].rstrip(b" \t")
         if not _hex(digits):
             return None, False
         length = int(digits, 16)

@@ -91,6 +91,12 @@ PASS_EVENT_NS = 2_000
 # whose select did not wait for a transport that stops reading between reads, whose data the
 # passes cannot see arrive: `watch_socket`).
 PEEK_AFTER_NS = 500_000
+# A sync consumer's ask peeks only at a queue shorter than this (one buffer a body): the events
+# a consumer away for a moment finds queued, which the kernel's stamp times. A longer queue is a
+# consumer far behind, already flagged by its reads; counting the events in 64 KiB of it in
+# Python took up to 650 us an ask, charged to the stamp of the read asked for (review, session
+# 23).
+ASK_PEEK_BYTES = 4_096
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
 # wall clock, and a peek with room for ancillary data reads the stamp of the newest data it
@@ -417,7 +423,7 @@ class TimedBody:
             return unread, None
         buffer = self._buffer
         if buffer is None:
-            self._buffer = buffer = bytearray(PEEK_BYTES)
+            self._buffer = buffer = bytearray(ASK_PEEK_BYTES)
         clocks = _clock_pair()
         if clocks is None or unread >= len(buffer):  # past the buffer, a peek says nothing
             return unread, None
@@ -468,9 +474,9 @@ class TimedBody:
                 if unread > 0:
                     record.ready.append((len(reads), unread))
                     room -= NOTE_COST
-                    if kernel is not None:
+                    if kernel is not None:  # a 4-tuple of 4 ints: ~170 B
                         record.asked_arrivals.append(AskedArrival(len(reads), *kernel))
-                        room -= NOTE_COST
+                        room -= 2 * NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
                 if arrived - previous > slow and timed and room >= 0:
@@ -495,6 +501,7 @@ class TimedBody:
             raise
         finally:
             queue.close()
+            self._buffer = None
         record.t_eof_ns = clock()
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from pytest_latency.catalogue import DISTORTING_FLAGS
 from pytest_latency.metrics import apis
 from pytest_latency.metrics._asked import asked_shown
 from pytest_latency.metrics._body import decode_reads
+from pytest_latency.metrics._ends import counted_ends
 from pytest_latency.metrics._fingerprint import (
     PREFIX_HASH_CHARS,
     estimated_tokens,
@@ -43,7 +44,6 @@ from pytest_latency.wire import (
     WAIT_NS,
     LoopLag,
     WireRecord,
-    events_ended,
 )
 
 # Consumer-bound detector (sdk-findings §3.5): a read that waited under `wire.WAIT_NS` (0.3 ms; its
@@ -370,18 +370,26 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     content = scan.content
     timed = scan.streamed and not record.prefetched and scan.api != UNKNOWN
     stamps = [t for t, _, _ in content]
+    # Each read's events as a peek counts them, and whether the parser agrees (`_ends`): what
+    # the kernel's counts of whole events are matched with.
+    peeked = timed and content and (record.arrival_passes or record.asked_arrivals)
+    ended, agree = (
+        counted_ends([chunk for _, _, chunk in record.reads], scan.event_reads, scan.end_read)
+        if peeked
+        else ([], bytearray())
+    )
     bounds = (
         None
         if record.loop_lag is None or not (timed and content)
-        else _stamp_bounds(record.loop_lag, stamps, t0, record)
+        else _stamp_bounds(record.loop_lag, stamps, t0, record, ended, agree)
     )
     # Each content event's time: the earliest its arrival is shown by (its stamp, less the
     # lateness the loop's passes and the kernel's arrival times show); never before it came.
     # A sync call's, by the kernel's arrival times at the consumer's asks (`asked_shown`).
     if bounds is not None:
         times = bounds.shown
-    elif record.asked_arrivals and timed:
-        times = asked_shown(record, [(t, read) for t, read, _ in content])
+    elif peeked and record.asked_arrivals:
+        times = asked_shown(record, [(t, read) for t, read, _ in content], ended, agree)
     else:
         times = stamps
     ttft = ttfo = e2e = tpot = None
@@ -627,7 +635,12 @@ class _Shown:
 
 
 def _stamp_bounds(
-    log: LoopLag, stamps: Sequence[int], t_start: int, record: WireRecord
+    log: LoopLag,
+    stamps: Sequence[int],
+    t_start: int,
+    record: WireRecord,
+    ended: Sequence[int],
+    agree: Sequence[int],
 ) -> _Shown | None:
     """How late each content stamp is shown to be, at least and at most, by the loop's passes
     and the kernel's arrival times; the stamps less the least (`_Shown.shown`, what the call's
@@ -666,7 +679,7 @@ def _stamp_bounds(
         j = bisect.bisect_right(readies, t) - 1
         return j - (max(record.stamp_passes, 1) if j == head - 1 else record.stamp_passes)
 
-    arrivals = _kernel_arrivals(record, read_pass, readies)
+    arrivals = _kernel_arrivals(record, read_pass, readies, ended, agree)
     # The last time in the pass before each reading pass its socket was seen drained.
     drained = dict(zip(record.drained_passes, record.drained_ns, strict=True))
     floored: set[int] = set()
@@ -774,7 +787,11 @@ class _Arrival:
 
 
 def _kernel_arrivals(
-    record: WireRecord, read_pass: Callable[[int], int], readies: Sequence[int]
+    record: WireRecord,
+    read_pass: Callable[[int], int],
+    readies: Sequence[int],
+    ended_by_read: Sequence[int],
+    agree: Sequence[int],
 ) -> dict[int, _Arrival]:
     """What the kernel's arrival time of the data queued in each pass (by `read_pass` of a
     read's stamp) where the call's socket was peeked says of that pass's stamps (`_Kernel`):
@@ -792,19 +809,23 @@ def _kernel_arrivals(
     ending: dict[int, list[tuple[int, int]]] = {}
     since: dict[int, int] = {}
     before = -1  # the pass that read the bytes before
-    ends_by_read = events_ended(chunk for _, _, chunk in record.reads)
-    for (_, arrived, _), ended in zip(record.reads, ends_by_read, strict=True):
+    # Passes with a read whose events the parser and the count pair differently (`_ends`).
+    unmatched: set[int] = set()
+    reads = zip(record.reads, ended_by_read, agree, strict=True)
+    for (_, arrived, _), ended, agreed in reads:
         p = read_pass(arrived)
         if p not in read:
             since[p] = readies[before] if 0 <= before < p else record.t_start_ns
         before = p
+        if not agreed:
+            unmatched.add(p)
         first, in_first, chunks, events = read.get(p, (arrived, ended, 0, 0))
         read[p] = (first, in_first, chunks + 1, events + ended)
         if ended:
             ending.setdefault(p, []).append((arrived, events))
     said: dict[int, _Arrival] = {}
     for p, arrived, whole, ends, fresh in zip(*record.arrival_notes, strict=True):
-        if p not in read or not record.t_start_ns <= arrived <= readies[p]:
+        if p not in read or p in unmatched or not record.t_start_ns <= arrived <= readies[p]:
             continue
         first, in_first, chunks, events = read[p]
         if whole == ONE_RECORD and chunks == 1 and events <= 1:

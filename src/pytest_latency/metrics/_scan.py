@@ -12,6 +12,7 @@ payload goes to the call's adapter. May import only the stdlib, `pytest_latency.
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,11 @@ class Scan:
     invalid_utf8_lines: int = 0  # SSE lines that were not UTF-8 (the SDKs raise on them)
     notes: list[str] = field(default_factory=list)
     output: OutputText = field(default_factory=OutputText)
+    # Each SSE event the parser dispatched at a blank line: the read that brought it; and the
+    # read whose events the body's end dispatched (a last event without its blank line), -1
+    # for none. `metrics._ends` matches them with the kernel's counts of whole events.
+    event_reads: array[int] = field(default_factory=lambda: array("q"))
+    end_read: int = -1
 
     @property
     def api(self) -> str:
@@ -128,6 +134,7 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
         # bomb can inflate to 64 MiB, a million events.
         for start in range(0, len(piece), FEED_BYTES):
             events = parser.feed(piece[start : start + FEED_BYTES], arrived, read)
+            scan.event_reads.extend(event.read for event in events)
             walk = _take(scan, walk, held, events) if walk is None else walk.take(events)
             if (len(held) if walk is None else walk.count) < EVENT_LIMIT:
                 continue
@@ -146,6 +153,8 @@ def _scan_sse(scan: Scan, body: DecodedBody) -> None:
             break
     if last is not None:
         events = parser.finish(*last)
+        if events:
+            scan.end_read = last[1]
         walk = _take(scan, walk, held, events) if walk is None else walk.take(events)
     if walk is None:
         walk = _Walk(scan).take(held)
