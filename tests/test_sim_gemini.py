@@ -18,10 +18,12 @@ from google import genai
 from google.genai import errors, types
 from remote_sim import (
     PACED_TOKENS,
+    content_times,
     error_of,
     paced_simulator,
     truth_log,
     truth_of,
+    ttft_least_ms,
 )
 
 from pytest_latency import capture
@@ -307,6 +309,10 @@ def test_google_genai_measures_what_the_simulator_sent(remote: str, path: str) -
     assert records[0].read_ahead is (path == "async aiohttp")  # aiohttp's reader is stamped
     logged = truth_log(remote)
     ttft_errors, e2e_errors, tpot_errors = [], [], []
+    # The least |ttft error| the simulator's span around its first content write allows, of each
+    # call the product did not flag (test_frameworks' rule: a simulator preempted between its
+    # write and its note of it is not the stamp's error; a call the machine starved is flagged).
+    unflagged_least: list[float] = []
     for record in records[1:]:
         measured = call_metrics(record)
         truth = truth_of(record, logged)
@@ -323,13 +329,15 @@ def test_google_genai_measures_what_the_simulator_sent(remote: str, path: str) -
         ttft_errors.append(error.ttft)
         e2e_errors.append(error.e2e)
         tpot_errors.append(error.tpot)
+        if not measured.flagged:
+            unflagged_least.append(ttft_least_ms(content_times(record, measured)[0], truth))
     print(
         f"{path}: |error| ttft p50 {statistics.median(ttft_errors):.3f} max "
         f"{max(ttft_errors):.3f}, e2e p50 {statistics.median(e2e_errors):.3f}, tpot p50 "
         f"{statistics.median(tpot_errors):.3f} ms"
     )
     assert statistics.median(ttft_errors) <= P50_BOUND_MS, ttft_errors
-    assert max(ttft_errors) <= MAX_BOUND_MS, ttft_errors
+    assert max(unflagged_least, default=0.0) <= MAX_BOUND_MS, (unflagged_least, ttft_errors)
     assert statistics.median(e2e_errors) <= P50_BOUND_MS, e2e_errors
     assert statistics.median(tpot_errors) <= P50_BOUND_MS, tpot_errors
 
