@@ -27,7 +27,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anthropic
@@ -163,6 +163,25 @@ def _flags(calls: list[_Call]) -> tuple[int, int]:
     return flagged, late
 
 
+def _without_the_asks(
+    records: list[WireRecord], truths: list[TruthRecord], calls: list[_Call]
+) -> str:
+    """The same sync calls measured from their stamps alone, the kernel's arrival times at the
+    consumer's asks left out (`WireRecord.asked_arrivals`, session 23): what that reading of
+    the kernel is worth, side by side in one run. Empty where no call has one."""
+    noted = sum(bool(c.record.asked_arrivals) for c in calls)
+    if not noted:
+        return ""
+    plain = _calls([replace(r, asked_arrivals=[]) for r in records], truths)
+    ttft = [c.error.ttft for c in plain]
+    late = _flags(plain)[1]
+    return (
+        f"{noted} of {len(calls)} calls read back at an ask; from the stamps alone: ttft p50 "
+        f"{error_pct(ttft, 50):.3f} p99 {error_pct(ttft, 99):.3f} max "
+        f"{max(abs(v) for v in ttft):.3f} ms, over {P99_TARGET_MS:g} ms unflagged {late}"
+    )
+
+
 def _late(calls: list[_Call]) -> str:
     """Why the calls whose ttft is over the p50 target were late. From the first read to return
     after the server sent the first content to the read that brought it: how many reads, how long
@@ -278,7 +297,8 @@ def main() -> None:
         for name, group, run in rows:
             httpx2.delete(f"{base}/_sim/truth")
             records = run()
-            calls = _calls(records, truth_log(base))
+            truths = truth_log(base)
+            calls = _calls(records, truths)
             errors = _errors(calls)
             cells = []
             for metric, values in errors.items():
@@ -291,6 +311,9 @@ def main() -> None:
             late = _late(calls)
             if late:
                 print(f"{name:44} {late}")
+            asks = _without_the_asks(records, truths, calls)
+            if asks:
+                print(f"{name:44} {asks}")
             flagged, unflagged_late = _flags(calls)
             print(
                 f"{name:44} flagged {flagged}, over {P99_TARGET_MS:g} ms unflagged {unflagged_late}"

@@ -17,6 +17,11 @@ connection of the second run looked like one that bypassed capture. Loading `aud
 litellm fetches its model price map from GitHub when first imported, unless told not to (three
 attempts, then its bundled copy); this machine, like many CI runners, has no route there, so the
 suite tells it before any test module imports it.
+
+The inner runs (pytester's, in process and in subprocesses and their xdist workers) block the
+third-party pytest plugins none of them uses: every inner process imported them at its start,
+langsmith's (a langchain dependency) 1.4 s and hypothesis's 1.4 s of a trivial run's 5.4 s here
+(session 23). pytester clears PYTEST_ADDOPTS when it is set up, so this sets it after.
 """
 
 from __future__ import annotations
@@ -25,7 +30,22 @@ import os
 
 import httpcore  # noqa: F401
 import httpcore2  # noqa: F401
+import pytest
 
 import pytest_latency.audit  # noqa: F401
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# The entry-point names of the plugins the inner runs block (see the module docstring).
+INNER_BLOCKED = ("langsmith_plugin", "hypothesispytest")
+
+
+@pytest.fixture(autouse=True)
+def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "pytester" not in request.fixturenames:
+        return
+    request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS: set it after
+    blocked = " ".join(f"-p no:{name}" for name in INNER_BLOCKED)
+    monkeypatch.setenv(
+        "PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip()
+    )

@@ -75,10 +75,12 @@ def test_a_first_content_found_queued_is_timed_by_the_kernel_not_the_ask(
     first, newest = truth.content_events[0], truth.content_events[queued - 1]
     stamp = record.reads[1][1]
     assert (stamp - first.sent_span_ns[1]) / 1e6 > 20, "the stamp at the ask was not late"
-    # Never before the first content left the server, and exactly when the newest queued came
-    # (the kernel stamps a loopback arrival inside the server's write; the wall clock's mapping
-    # to perf_counter is good to 25 us).
+    # Never before the first content left the server, and when the newest queued came: the
+    # kernel stamps a loopback arrival inside the server's write (0.08-0.42 ms after the write
+    # began in 10 quiet runs; the wall clock's mapping to perf_counter is good to 25 us). Once,
+    # in a run of the suite beside two CPU hogs, the stamp read 0.42 ms before the newest's write
+    # began (not reproduced in 100 tries beside 2-4 hogs; docs/metrics.md): 1 ms is allowed.
     assert shown >= first.sent_span_ns[0], (shown - first.sent_span_ns[0]) / 1e6
     lo, hi = newest.sent_span_ns
-    assert lo - 100_000 <= shown <= hi + 1_000_000, ((shown - lo) / 1e6, (shown - hi) / 1e6)
+    assert lo - 1_000_000 <= shown <= hi + 1_000_000, ((shown - lo) / 1e6, (shown - hi) / 1e6)
     assert shown < stamp
