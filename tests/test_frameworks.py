@@ -303,9 +303,11 @@ def test_a_read_held_off_the_gil_by_another_thread_is_not_taken_for_a_wait(
     with http:
         record = _held_first_content(client, backend, records)
     measured = call_metrics(record)
-    error = error_of(record, measured, truth_of(record, truth_log(sim))).ttft
-    assert error > MAX_BOUND_MS  # the stamp is late: the case this test is about
+    first = truth_of(record, truth_log(sim)).content_events[0]
     asked, arrived, _ = record.reads[1]  # the first content's
+    # Its stamp is late: the case this test is about (the kernel's arrival time at the ask may
+    # read the ttft back, session 23: the flag is the point here).
+    assert (arrived - first.sent_span_ns[1]) / 1e6 > MAX_BOUND_MS
     held_ms = (arrived - asked) / 1e6
     assert held_ms > 20, held_ms  # the other thread held the read, or this tests nothing
     unread = dict(record.ready).get(1, 0)  # the events had come: the socket said so at the ask
