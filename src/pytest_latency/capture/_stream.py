@@ -402,12 +402,8 @@ class TimedBody:
         if not isinstance(fd, int) or fd < 0:
             return
         self._socket = fd
-        if _TIMESTAMPNS is not None and isinstance(sock, socket.socket):
-            # Arrivals from now on are stamped: the body's, which come after its head.
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
-            except OSError:
-                return
+        # Arrivals from now on are stamped: the body's, which come after its head.
+        if isinstance(sock, socket.socket) and _stamp_arrivals(sock):
             self._stamped, self._framing = sock, framing
 
     def _ask(self) -> tuple[int, tuple[int, int, bool] | None]:
@@ -419,14 +415,15 @@ class TimedBody:
         sock = self._stamped
         # Only a socket that holds data is peeked: Python waits for one with a timeout (the
         # HTTP libraries' sync sockets) to be readable before it calls, MSG_DONTWAIT or not.
-        if sock is None or unread <= 0:
+        # Nor one that holds the buffer's worth or more: a peek that fills it says nothing.
+        if sock is None or not 0 < unread < ASK_PEEK_BYTES:
+            return unread, None
+        clocks = _clock_pair()
+        if clocks is None:
             return unread, None
         buffer = self._buffer
         if buffer is None:
             self._buffer = buffer = bytearray(ASK_PEEK_BYTES)
-        clocks = _clock_pair()
-        if clocks is None or unread >= len(buffer):  # past the buffer, a peek says nothing
-            return unread, None
         try:
             size, stamp = _peek_stamp(sock, buffer)
         except OSError:  # closed since
@@ -853,6 +850,18 @@ def _peek(
                 noted.append((record, _reader(key), index))
 
 
+def _stamp_arrivals(sock: socket.socket) -> bool:
+    """Have the kernel stamp each arrival on `sock` from now on (SO_TIMESTAMPNS, which
+    `_peek_stamp` reads); False where the platform has no such stamps or the socket refuses."""
+    if _TIMESTAMPNS is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
 def _clock_pair() -> tuple[int, int] | None:
     """A `perf_counter_ns` reading and the wall clock's at the same moment (the kernel's
     arrival stamps are wall-clock), or None where the two wall-clock reads around it came over
@@ -993,13 +1002,9 @@ def watch_socket(
     if _TIMESTAMPNS is None or not isinstance(raw, socket.socket):
         return
     monitor = _monitor_of(record)
-    if monitor is None:
+    if monitor is None or not _stamp_arrivals(raw):
         return
-    try:
-        raw.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
-        fd = raw.fileno()
-    except OSError:
-        return
+    fd = raw.fileno()
     peer = monitor.sockets.get(fd)
     if peer is None or peer.sock is not raw:
         monitor.sockets[fd] = peer = _Peer(raw, every_pass, framing)

@@ -58,7 +58,7 @@ class Scan:
     # Each SSE event the parser dispatched at a blank line: the read that brought it; and the
     # read whose events the body's end dispatched (a last event without its blank line), -1
     # for none. `metrics._ends` matches them with the kernel's counts of whole events.
-    event_reads: array[int] = field(default_factory=lambda: array("q"))
+    event_reads: array[int] = field(default_factory=lambda: array("i"))  # reads < 2**31
     end_read: int = -1
 
     @property
