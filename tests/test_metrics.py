@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_latency.capture._stream import ASK_PEEK_BYTES
 from pytest_latency.metrics import CallMetrics, call_metrics
 from pytest_latency.wire import EVENTS_UNKNOWN, READY_SLACK_BYTES, AskedArrival, WireRecord
 
@@ -1055,6 +1056,96 @@ def test_a_buffered_sync_read_s_events_whole_at_its_ask_are_timed_by_the_kernel(
     record.asked_arrivals = [AskedArrival(1, T0 + 72 * MS, 1, True)]
     record.dropped_reads = 1
     assert call_metrics(record).ttft == plain.ttft
+
+
+def _behind_record(
+    stream_ms: float, away_ms: float, tokens: int, *, head: bool, lead_ms: float = 0.0
+) -> WireRecord:
+    """A sync consumer reading a stream of `tokens` content events (~1.5 kB each) sent every
+    `stream_ms` after its role event (the first `lead_ms` early), away `away_ms` after each read
+    (under `wire.AWAY_NS`: no absence is counted by the consumer-bound detector), a read of data
+    queued returning in 0.05 ms. Each ask noted as capture notes it: the socket's bytes
+    (`ready`), and where they are under `ASK_PEEK_BYTES` the kernel's arrival of the newest
+    event queued (`asked_arrivals`, `head`: the read took the queue's head)."""
+    role = chat_chunk({"role": "assistant", "content": ""})
+    data = [chat_chunk({"content": f"t{k} " + "x" * 1500}) for k in range(tokens)]
+    sent = [T0 + int((60.0 + stream_ms * (k + 1) - lead_ms) * MS) for k in range(tokens)]
+    reads = [(T0 + 50 * MS, T0 + 60 * MS, role)]  # the role event: waited 10 ms for it
+    ready: list[tuple[int, int]] = []
+    notes: list[AskedArrival] = []
+    for k, payload in enumerate(data):
+        asked = reads[-1][1] + int(away_ms * MS)
+        arrived = max(sent[k], asked + 50_000)
+        if sent[k] <= asked:  # queued: it and whatever else had come by the ask
+            newest = max(j for j in range(k, tokens) if sent[j] <= asked)
+            queue = sum(len(d) for d in data[k : newest + 1])
+            ready.append((k + 1, queue))
+            if queue < ASK_PEEK_BYTES:
+                notes.append(AskedArrival(k + 1, sent[newest], newest - k + 1, True, head))
+        reads.append((asked, arrived, payload))
+    return WireRecord(
+        method="POST",
+        url=CHAT_URL,
+        request_body=request(),
+        t_start_ns=T0,
+        t_headers_ns=T0 + 50 * MS,
+        status=200,
+        content_type="text/event-stream",
+        reads=reads,
+        ready=ready,
+        asked_arrivals=notes,
+    )
+
+
+def _lateness_ms(m: CallMetrics, stream_ms: float, tokens: int) -> float:
+    """The most any content event's time as measured is after the event was sent, ms."""
+    assert m.ttft is not None
+    shown = list(itertools.accumulate(m.itl, initial=m.ttft))
+    sent = [60.0 + stream_ms * (k + 1) for k in range(tokens)]
+    return max(t / 1000 - at for t, at in zip(shown, sent, strict=True))
+
+
+def test_a_sync_consumer_falling_behind_in_absences_too_short_to_count_is_flagged() -> None:
+    """litellm's sync stream parses each event of a 2 ms-a-token stream in just under 1 ms and
+    stays 10-26 ms behind it: no absence long enough for the detector, and 10-13 of 20 calls
+    over 5 ms off unflagged (session 23). The kernel's word at each ask (`ready`) says the
+    consumer is behind; counted from the last arrival pinned, an event's time may be late by as
+    much as `_pace.behind` says (never less than it is), and over the target it is flagged."""
+    record = _behind_record(0.5, 0.9, 30, head=True)
+    m = call_metrics(record)
+    late = _lateness_ms(m, 0.5, 30)
+    assert late > 5.0, late  # the case: late past the target
+    assert m.flagged == ("consumer_bound",)
+    (note,) = [n for n in m.notes if n.startswith("consumer_bound")]
+    assert "may be up to" in note and "no read waited for its data" in note, note
+    assert m.consumer_bound_chunks > 1
+    assert m.stamp_error_max_ms is not None and m.stamp_error_max_ms >= late - 1e-3
+    # Without the kernel's word, the detector alone: the hole this closes.
+    record.ready, record.asked_arrivals = [], []
+    assert call_metrics(record).flagged == ()
+
+
+def test_a_sync_consumer_in_step_whose_asks_find_its_own_event_queued_is_not_flagged() -> None:
+    """A consumer whose every ask finds its own event queued, alone: the kernel's arrival pins
+    each one, and none is late however long the stream. Where the read did not take the
+    queue's head (a layer above the socket held data ahead of it), a note pins nothing: its
+    count may be shifted, and the events counted from an earlier pin may be late."""
+    record = _behind_record(1.0, 0.95, 60, head=True, lead_ms=0.2)
+    assert len(record.asked_arrivals) == 60, "the case: every ask found its event queued"
+    m = call_metrics(record)
+    assert m.flagged == () and (m.stamp_error_max_ms or 0.0) < 1.0, m.stamp_error_max_ms
+    assert _lateness_ms(m, 1.0, 60) < 0.1  # read back by the kernel: 0.2 ms early, so exact
+    unpinned = _behind_record(1.0, 0.95, 60, head=False, lead_ms=0.2)
+    assert call_metrics(unpinned).flagged == ("consumer_bound",)
+
+
+def test_a_sync_consumer_behind_because_its_thread_waited_for_a_cpu_is_starved() -> None:
+    record = _behind_record(0.5, 0.9, 30, head=True)
+    # Of each absence, 0.8 ms the thread's wait for a CPU: a busy machine's doing.
+    record.queued = [(index, 800_000) for index in range(1, len(record.reads))]
+    m = call_metrics(record)
+    assert m.flagged == ("cpu_starved",)
+    assert any(n.startswith("cpu_starved: a content event's time may be up to") for n in m.notes)
 
 
 def _crlf(data: bytes) -> bytes:

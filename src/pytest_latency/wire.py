@@ -52,6 +52,13 @@ DECODED_LIMIT = 64 * 1024 * 1024
 # run-queue counter around such absences (`WireRecord.queued`).
 WAIT_NS = 300_000
 AWAY_NS = 1_000_000
+# A sync consumer away this long before a read has its socket asked what it holds (`ready`, and
+# the kernel's arrival time of a short queue, `asked_arrivals`; an ioctl, 1.3 us, and a peek
+# where data is there): litellm's sync stream parses each event of a 2 ms-a-token stream in
+# just under AWAY_NS, stays 10-26 ms behind it, and no read of that stretch was noted (session
+# 24). A prompt SDK consumer's own work between reads (16-105 us, docs/performance.md §2) does
+# not reach it.
+ASK_NS = 250_000
 # What a read may take on the wire besides its body's bytes, at most: a chunk's size line and
 # line ends (HTTP/1.1 chunked, up to 20 bytes; chunk extensions longer than 44 bytes are not
 # allowed for). `metrics` counts a read as come by an earlier ask (`WireRecord.ready`, HTTP/1 in
@@ -80,6 +87,10 @@ class AskedArrival(NamedTuple):
     # its bytes say nothing), and whether it ended at one's end.
     events: int
     ends: bool
+    # The read took its bytes from the queue's head: nothing above the socket (h11's buffer)
+    # held data ahead of them, so the queue's newest event is the last of `events` read from
+    # this read on (`metrics._pace.behind` counts from its arrival).
+    head: bool = False
 
 
 def event_ends(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
@@ -254,11 +265,11 @@ class WireRecord:
     # then measured up to it and recorded as cut off by the test's end.
     t_asked_ns: int | None = None
     t_cut_ns: int | None = None
-    # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
-    # long the consuming thread waited, runnable, for a CPU (Linux schedstat run_delay) from the
-    # last reading before the absence (at the headers, or at a chunk that came over WAIT_NS
-    # after the one before) to that read's arrival. Empty where the kernel does not expose it,
-    # and for read-ahead.
+    # (read index, ns) for each read the consumer asked for after being away over AWAY_NS (a
+    # sync consumer: ASK_NS): how long the consuming thread waited, runnable, for a CPU (Linux
+    # schedstat run_delay) from the last reading before the absence (at the headers, or at a
+    # chunk that came over WAIT_NS after the one before) to that read's arrival. Empty where the
+    # kernel does not expose it, and for read-ahead.
     queued: list[tuple[int, int]] = field(default_factory=list)
     # (read index, ns) for each read a sync consumer asked for after being away over AWAY_NS:
     # the consuming thread's CPU time inside that read (`time.thread_time_ns`). A buffered read
@@ -269,7 +280,7 @@ class WireRecord:
     # on the same thread, whose CPU time is not the read's. Not the other threads': one running
     # beside a read that waits in recv, without the GIL, would erase the wait.
     read_cpu: list[tuple[int, int]] = field(default_factory=list)
-    # (read index, bytes) for each read a sync consumer asked for after being away over AWAY_NS
+    # (read index, bytes) for each read a sync consumer asked for after being away over ASK_NS
     # while its socket held bytes not yet read (FIONREAD at the ask; HTTP/1 in the clear, whose
     # bytes are this body's alone and as written: TLS's are not readable until a whole record
     # is in): those bytes had come, and the reads from that one on whose bytes fit
@@ -286,9 +297,10 @@ class WireRecord:
     # content waits in the socket: its ttft was that much late and unflagged, session 23). At
     # most one per `ready` note.
     asked_arrivals: list[AskedArrival] = field(default_factory=list)
-    # (read index, ns) for each read the consumer asked for after being away over AWAY_NS: how
-    # long garbage collection held the process (`gc_pauses.PAUSED`) over the same span as
-    # `queued`. A collection stops every thread: time the consumer could not have read in.
+    # (read index, ns) for each read the consumer asked for after being away over AWAY_NS (a
+    # sync consumer: ASK_NS): how long garbage collection held the process (`gc_pauses.PAUSED`)
+    # over the same span as `queued`. A collection stops every thread: time the consumer could
+    # not have read in.
     paused: list[tuple[int, int]] = field(default_factory=list)
 
     @property

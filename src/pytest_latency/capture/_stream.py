@@ -56,6 +56,7 @@ from pytest_latency.capture._queued import Framing, whole_events
 from pytest_latency.gc_pauses import PAUSED
 from pytest_latency.untrusted import safe_text
 from pytest_latency.wire import (
+    ASK_NS,
     AWAY_NS,
     NOTE_COST,
     READ_COST,
@@ -97,6 +98,10 @@ PEEK_AFTER_NS = 500_000
 # Python took up to 650 us an ask, charged to the stamp of the read asked for (review, session
 # 23).
 ASK_PEEK_BYTES = 4_096
+# Where a read's bytes may begin in the queue peeked at before it and still be its head: past
+# a chunk's size line (a hex count of up to 8 digits, an extension hardly) and the CRLF that
+# ended the chunk before, which h11 may not have taken yet.
+HEAD_SLACK_BYTES = 24
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
 # wall clock, and a peek with room for ancillary data reads the stamp of the newest data it
@@ -290,26 +295,33 @@ class RunQueueWait:
 
 
 def note_queued(
-    record: WireRecord, queue: RunQueueWait, index: int, since: bytes, away: int
+    record: WireRecord,
+    queue: RunQueueWait,
+    index: int,
+    since: bytes,
+    away: int,
+    over: int = AWAY_NS,
 ) -> bytes:
     """Read `index` has just arrived, more than `WAIT_NS` after the one before: read the
-    counter (the new `since`, returned), and when the consumer had been away over `AWAY_NS`
+    counter (the new `since`, returned), and when the consumer had been away over `over`
     before asking for it, note how long its thread waited for a CPU since the last reading
-    (`since`: before the absence, or at the headers)."""
+    (`since`: before the absence, or at the headers). A sync body notes from `ASK_NS` on, as
+    it asks its socket: how far behind a consumer is, and whose doing, adds up over absences
+    each too short to count alone (`metrics._pace.behind`)."""
     now = queue.raw()
-    if away > AWAY_NS:
+    if away > over:
         before, after = RunQueueWait.parse(since), RunQueueWait.parse(now)
         if before is not None and after is not None and after >= before:
             record.queued.append((index, after - before))
     return now
 
 
-def note_paused(record: WireRecord, index: int, since: int, away: int) -> int:
+def note_paused(record: WireRecord, index: int, since: int, away: int, over: int = AWAY_NS) -> int:
     """`note_queued`'s twin for garbage collection, over the same span: the collector's summed
     pause time now (the new `since`, returned), and when the consumer had been away over
-    `AWAY_NS`, how much of it fell since the last reading."""
+    `over`, how much of it fell since the last reading."""
     now = PAUSED[0]
-    if away > AWAY_NS and now > since:
+    if away > over and now > since:
         record.paused.append((index, now - since))
     return now
 
@@ -385,6 +397,7 @@ class TimedBody:
         self._stamped: socket.socket | None = None
         self._framing = Framing.OPAQUE
         self._buffer: bytearray | None = None
+        self._peeked = 0  # the bytes the last peek copied into it
 
     def watch_socket(self, sock: object, framing: Framing) -> None:
         """Ask `sock` (the socket the body is read from, where the binding knows it and its
@@ -431,8 +444,20 @@ class TimedBody:
         if stamp is None:
             return unread, None
         now, wall = clocks
+        self._peeked = size
         whole, ends = whole_events(buffer, size, self._framing)
         return unread, (now - (wall - stamp), whole, ends)
+
+    def _at_head(self, chunk: bytes) -> bool:
+        """Whether the read after a peek took its bytes from the head of the queue peeked at:
+        the whole chunk there, past at most a chunk's size line and the CRLF before it. Where a
+        layer above the socket held data ahead of it (h11's buffer, from a read that took
+        several events off the socket: litellm's sync stream reads one event a read), the
+        queue's events are not the next ones read."""
+        buffer = self._buffer
+        if buffer is None or not chunk:
+            return False
+        return buffer.find(chunk, 0, min(self._peeked, HEAD_SLACK_BYTES + len(chunk))) >= 0
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
@@ -441,7 +466,7 @@ class TimedBody:
         room, cost = record.keep_limit, READ_COST
         queue = _queue_reader(self)
         fd = queue.fd
-        since, slow, away = self._since, WAIT_NS, AWAY_NS
+        since, slow, away, ask = self._since, WAIT_NS, AWAY_NS, ASK_NS
         paused = self._paused
         timed = clock is time.perf_counter_ns
         cpu_time = time.thread_time_ns
@@ -455,8 +480,8 @@ class TimedBody:
                 # bytes its socket held (`WireRecord.ready`): one test a chunk, two clock_gettime
                 # calls and an ioctl an absence. Noted only for a read that is kept, and charged
                 # to the limit (`NOTE_COST`).
-                if asked - previous > away and room >= 0:
-                    cpu = cpu_time() if fd >= 0 else -1
+                if asked - previous > ask and room >= 0:
+                    cpu = cpu_time() if fd >= 0 and asked - previous > away else -1
                     unread, kernel = self._ask() if sock >= 0 and timed else (0, None)
                 else:
                     cpu, unread, kernel = -1, 0, None
@@ -471,16 +496,18 @@ class TimedBody:
                 if unread > 0:
                     record.ready.append((len(reads), unread))
                     room -= NOTE_COST
-                    if kernel is not None:  # a 4-tuple of 4 ints: ~170 B
-                        record.asked_arrivals.append(AskedArrival(len(reads), *kernel))
+                    if kernel is not None:  # a 5-tuple of ints: ~170 B
+                        head = self._at_head(chunk)
+                        record.asked_arrivals.append(AskedArrival(len(reads), *kernel, head))
                         room -= 2 * NOTE_COST
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
                 if arrived - previous > slow and timed and room >= 0:
+                    gap = asked - previous
                     if fd >= 0:
-                        since = note_queued(record, queue, len(reads), since, asked - previous)
-                    paused = note_paused(record, len(reads), paused, asked - previous)
-                    if asked - previous > away:  # what the two notes may have cost
+                        since = note_queued(record, queue, len(reads), since, gap, ask)
+                    paused = note_paused(record, len(reads), paused, gap, ask)
+                    if gap > ask:  # what the two notes may have cost
                         room -= 2 * NOTE_COST
                 previous = arrived
                 # The keep limit: a subtraction and a test per chunk (+0.11 us measured against

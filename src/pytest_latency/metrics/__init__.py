@@ -6,7 +6,9 @@ HTTP attempt into numbers, and the vocabulary it uses (API names, output channel
 classification, usage shapes, output text), and the generic modules that ask the adapter:
 `_body` (content-encoding), `_sse` (event parsing with arrival stamps), `_scan` (the body walk),
 `_usage` (the normalised meaning of usage), `_fingerprint` (prompt and output hashes for
-diagnosis, never text), `_call` (assembly).
+diagnosis, never text), `_asked` and `_ends` (a sync call's events read back by the kernel's
+arrival times), `_pace` (the consumer's pace: the consumer-bound detector, how far behind a sync
+consumer may be), `_call` (assembly).
 May import only the stdlib, `pytest_latency.wire` and `pytest_latency.catalogue`; never pytest,
 never httpx. Definitions: docs/metrics.md.
 """

@@ -32,6 +32,7 @@ from pytest_latency.metrics._fingerprint import (
     prompt_text,
     request_print,
 )
+from pytest_latency.metrics._pace import Pace, behind, consumer_pace
 from pytest_latency.metrics._scan import json_object as _json_object
 from pytest_latency.metrics._scan import scan_body, scan_error
 from pytest_latency.metrics.apis import REASONING, UNKNOWN
@@ -40,50 +41,10 @@ from pytest_latency.wire import (
     DECODED_LIMIT,
     ONE_RECORD,
     READ_COST,
-    READY_SLACK_BYTES,
-    WAIT_NS,
     LoopLag,
     WireRecord,
 )
 
-# Consumer-bound detector (sdk-findings §3.5): a read that waited under `wire.WAIT_NS` (0.3 ms; its
-# wall time less its own CPU time through the HTTP stack, `WireRecord.read_cpu`) after the consumer
-# had been away for over `wire.AWAY_NS` (1 ms) found its data already buffered, so its stamp is when
-# the test asked, not when the server sent. The away time counts less what the consuming thread
-# spent waiting for a CPU (`WireRecord.queued`): that absence is a busy machine's (`cpu_starved`),
-# not the test body's.
-# A chunk counts when the consumer's absence before it was over BOUND_AWAY_NS (2 ms): capture
-# reads its counters after any absence over AWAY_NS, but a stamp held back less than 2 ms is
-# within what the plugin promises of any call, and beside two CPU hogs the SDK's own work on one
-# chunk (parsing in a cache a hog has just used) came out just over 1 ms now and then, its next
-# chunk arrived meanwhile, and a `for _ in stream: pass` loop was flagged (issue #14, item 12).
-BOUND_AWAY_NS = 2_000_000
-# A call is consumer-bound when more than 10 % of its content chunks (and at least 2) are: one or
-# two flags are usually the tail events buffered behind the last token.
-CONSUMER_BOUND_FRACTION = 0.10
-CONSUMER_BOUND_MIN = 2
-# ... and when those chunks' stamps were held back by more than 10 ms, twice the accuracy target
-# (p99 5 ms), by the estimate of `_held_back`: a buffered chunk's true arrival lies between the
-# arrivals of the reads around it that waited for their data (those stamps are arrivals), spread
-# evenly. On this project's 2-core VM the SDK's own work on one chunk, 0.5 ms of the thread's CPU
-# at the median, takes 4-6 ms now and then (85 of 2,850 chunks; a pure CPU loop after a short
-# sleep takes 10x its median 1 time in 100): the next chunks of a 4.5 ms-a-chunk stream are found
-# buffered, 2-5 of 16 counted, and 6 calls in 150 were flagged, though the consumer was back in
-# step a few chunks on and the estimate put their stamps 0-7.4 ms late (session 7). A consumer
-# that stays behind to the end of the stream is judged on the stream's pace, or on the most it
-# can have been held back (the time since the last arrival): one sleeping 25 ms a chunk, or
-# doing 2 ms of work on a 0.3 ms one, is over the limit within a few chunks.
-HOLD_BACK_NS = 10_000_000
-# The reads `_held_back` takes for arrivals: those that waited over 1 ms for their data. A
-# buffered async read can take longer than WAIT_NS, the loop running other tasks in its await
-# (the lag monitor's, the test's): a consumer sleeping 12 ms a chunk on an instant stream had
-# such reads 12 ms apart, taken for the stream's pace, and went unflagged (CI, session 7).
-ARRIVAL_WAIT_NS = 1_000_000  # less the read's wait for a CPU and GC pauses: `_consumer_pace`
-# Before the first content event, absence adds up: its stamp is ttft. The first call of a
-# process through `responses.stream()` spends ~400 ms building the SDK's pydantic models after
-# `response.created`, and the delta that had arrived meanwhile was stamped when the SDK asked
-# (ttft 416 ms against 16 ms; issue #14, item 2). Longer than a scheduler's delay on a busy box.
-FIRST_CONTENT_AWAY_NS = 20_000_000
 # Client saturation (docs/metrics.md, "Client saturation"): an async call is flagged when its event
 # loop woke up more than this late from a 10 ms sleep while the call was in flight. A chunk that
 # arrives while the loop is busy is stamped when the loop gets to it, so this bounds how far the
@@ -386,10 +347,11 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     # Each content event's time: the earliest its arrival is shown by (its stamp, less the
     # lateness the loop's passes and the kernel's arrival times show); never before it came.
     # A sync call's, by the kernel's arrival times at the consumer's asks (`asked_shown`).
+    pins: list[tuple[int, int]] = []
     if bounds is not None:
         times = bounds.shown
     elif peeked and record.asked_arrivals:
-        times = asked_shown(record, [(t, read) for t, read, _ in content], ended, agree)
+        times, pins = asked_shown(record, [(t, read) for t, read, _ in content], ended, agree)
     else:
         times = stamps
     ttft = ttfo = e2e = tpot = None
@@ -419,7 +381,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     reads_with_content = sorted({read for _, read, _ in content})
     # Read-ahead stamps arrivals in its own thread or task: the consumer's pace is not in them.
     paced_by_consumer = not (record.prefetched or record.read_ahead)
-    pace = _consumer_pace(record, reads_with_content) if paced_by_consumer else _Pace()
+    pace = consumer_pace(record, reads_with_content) if paced_by_consumer else Pace()
     consumer_bound = pace.bound(len(reads_with_content))
     # Held back as much, but by garbage collection: the process's collector, not the test body.
     consumer_paused = not consumer_bound and pace.bound(len(reads_with_content), paused=True)
@@ -441,6 +403,52 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
             f"been away {pace.starved_away_ns / 1e6:.0f} ms, {pace.starved_queued_ns / 1e6:.0f} "
             "ms of it waiting for a CPU: a busy machine, not the test body"
         )
+
+    # A sync consumer behind the stream by more than the target, where the detector above did
+    # not see it: absences each too short to count (litellm's sync stream parses a 2 ms-a-token
+    # stream at about its pace and stays 10-26 ms behind, every absence under a millisecond),
+    # or a burst of events parsed slowly out of the HTTP stack's buffer. Whose doing, the
+    # absences since the arrival it is counted from say (`_pace.behind`).
+    lag = (
+        behind(record, times, [read for _, read, _ in content], pins)
+        if timed and content and paced_by_consumer and record.loop_lag is None
+        else None
+    )
+    if (
+        lag is not None
+        and lag.late_ns > STAMP_TARGET_MS * 1e6
+        and not (consumer_bound or consumer_paused or consumer_starved)
+    ):
+        late_ms = lag.late_ns / 1e6
+        # Whose doing: the test body's where its own absences since the pin account for at
+        # least half the lateness (litellm parsing each event just under the stream's pace);
+        # else the machine's or the collector's. The rest of the lateness is the reads' own
+        # time, preempted, or held off the GIL by another thread: an in-process simulator's,
+        # writing (its test suite's reads took 12 ms over 9 chunks, away 2 ms of their own,
+        # beside two CPU hogs; session 24). Neither is the test body's work per chunk.
+        if lag.own_ns * 2 >= lag.late_ns:
+            consumer_bound = True
+            pace.bound_chunks = max(pace.bound_chunks, lag.chunks)
+            scan.note(
+                f"consumer_bound: a content event's time may be up to {late_ms:.0f} ms late: the "
+                f"test read {lag.chunks} chunks after they came, away {lag.own_ns / 1e6:.0f} ms "
+                "in all between reads, and no read waited for its data"
+            )
+        elif lag.paused_ns > lag.queued_ns:
+            consumer_paused = True
+            scan.note(
+                f"gc_paused: a content event's time may be up to {late_ms:.0f} ms late: garbage "
+                f"collection held the process {lag.paused_ns / 1e6:.0f} ms meanwhile, the test "
+                f"away {lag.own_ns / 1e6:.0f} ms of its own: the collector, not the test body"
+            )
+        else:
+            consumer_starved = True
+            scan.note(
+                f"cpu_starved: a content event's time may be up to {late_ms:.0f} ms late: the "
+                f"test's thread waited {lag.queued_ns / 1e6:.0f} ms for a CPU meanwhile, away "
+                f"{lag.own_ns / 1e6:.0f} ms of its own, the rest in its reads (a busy machine, "
+                "or another thread holding the GIL), not the test body"
+            )
 
     error, detail = scan_error(record, scan, capped=capped)
     output_pieces = scan.output.pieces()
@@ -566,7 +574,13 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         output_shingles=out_shingles,
         output_digests=out_digests,
         loop_lag_max_ms=lag_ms,
-        stamp_error_max_ms=None if stamp_error is None else round(stamp_error, 3),
+        stamp_error_max_ms=(
+            round(stamp_error, 3)
+            if stamp_error is not None
+            else None
+            if lag is None
+            else round(lag.late_ns / 1e6, 3)
+        ),
         client_saturated=saturated,
         gc_paused=consumer_paused or loop_paused,
         cpu_starved=consumer_starved or loop_starved,
@@ -863,185 +877,6 @@ def _split_url(url: str) -> tuple[str, str]:
     except ValueError:  # e.g. an unbalanced IPv6 bracket or a non-numeric port
         return url, ""
     return parts.path or "/", f"{host}:{port}" if port is not None else host
-
-
-@dataclass(slots=True)
-class _Pace:
-    """What the consumer-bound detector found in a call's reads: the content chunks found
-    buffered after an absence that was the consumer's own (`bound_chunks`), those whose absence
-    was long enough only with garbage collection's pause in it (`paused_chunks`, with that
-    pause), those whose absence was mostly its thread waiting for a CPU (`starved_chunks`, with
-    their away and queued time), and the away time before the first content event: the
-    consumer's own, the collector's, and all of it."""
-
-    bound_chunks: int = 0
-    paused_chunks: int = 0
-    paused_ns: int = 0
-    starved_chunks: int = 0
-    starved_away_ns: int = 0
-    starved_queued_ns: int = 0
-    first_own_ns: int = 0
-    first_paused_ns: int = 0
-    first_away_ns: int = 0
-    # The most any chunk of each kind was held back (`_held_back`; None for none such).
-    bound_held_ns: float | None = None
-    paused_held_ns: float | None = None
-    starved_held_ns: float | None = None
-
-    def bound(self, content_chunks: int, *, paused: bool = False, queued: bool = False) -> bool:
-        """Whether the consumer held the call's stamps back: counting only its own absences,
-        or with garbage collection's pauses (`paused`), or every absence, the machine's
-        included (`queued`)."""
-        chunks = self.bound_chunks
-        away = self.first_own_ns
-        held = [self.bound_held_ns]
-        if paused or queued:
-            chunks += self.paused_chunks
-            away += self.first_paused_ns
-            held.append(self.paused_held_ns)
-        if queued:
-            chunks += self.starved_chunks
-            away = self.first_away_ns
-            held.append(self.starved_held_ns)
-        late = max((h for h in held if h is not None), default=0.0) > HOLD_BACK_NS
-        return (
-            chunks >= CONSUMER_BOUND_MIN
-            and chunks > CONSUMER_BOUND_FRACTION * content_chunks
-            and late
-        ) or away > FIRST_CONTENT_AWAY_NS
-
-
-def _consumer_pace(record: WireRecord, reads: list[int]) -> _Pace:
-    pace = _Pace()
-    headers = record.t_headers_ns
-    if headers is None:
-        return pace
-    queued = dict(record.queued)
-    cpu = dict(record.read_cpu)
-    collected = dict(record.paused)
-    all_reads = record.reads
-
-    come = _come_before_asked(record)
-
-    def waited(index: int) -> int:
-        """How long read `index` waited for its data: its wall time less its own CPU time; none
-        where its bytes had come before it was asked for (`_come_before_asked`)."""
-        if come[index]:
-            return 0
-        asked, arrived, _ = all_reads[index]
-        return arrived - asked - cpu.get(index, 0)
-
-    def absence(index: int) -> tuple[int, int, int]:
-        """How long the consumer was away before read `index`; how much of that garbage
-        collection held the process; and how much was the consumer's own, less both that and
-        the wait for a CPU (neither can exceed the absence)."""
-        previous = all_reads[index - 1][1] if index else headers
-        away = max(all_reads[index][0] - previous, 0)
-        own = away - min(queued.get(index, 0), away)
-        paused = min(collected.get(index, 0), own)
-        return away, paused, own - paused
-
-    def waited_for_data(index: int) -> int:
-        """`waited`, less what the reading's span spent waiting for a CPU or held by garbage
-        collection (over-subtracted where those fell in the absence before: fewer arrivals,
-        never a false one; beside two CPU hogs a read preempted mid-way waited milliseconds
-        for its thread, not its data, and 2 ms-a-chunk work went unflagged, CI session 7)."""
-        return waited(index) - queued.get(index, 0) - collected.get(index, 0)
-
-    held_back = _held_back(record, reads, waited_for_data)
-
-    def most(so_far: float | None, index: int) -> float:
-        held = held_back(index)
-        return held if so_far is None else max(so_far, held)
-
-    for index in reads:
-        if waited(index) >= WAIT_NS:
-            continue
-        away, paused, own = absence(index)
-        if own > BOUND_AWAY_NS:
-            pace.bound_chunks += 1
-            pace.bound_held_ns = most(pace.bound_held_ns, index)
-        elif own + paused > BOUND_AWAY_NS:
-            pace.paused_chunks += 1
-            pace.paused_ns += paused
-            pace.paused_held_ns = most(pace.paused_held_ns, index)
-        elif away > BOUND_AWAY_NS:
-            pace.starved_chunks += 1
-            pace.starved_away_ns += away
-            pace.starved_queued_ns += away - own - paused
-            pace.starved_held_ns = most(pace.starved_held_ns, index)
-    # Before the first content event, absence adds up: its stamp is ttft. Had the event not been
-    # there yet, the read that brought it would have waited for it and stamped its arrival.
-    if reads:
-        first = reads[0]
-        if waited(first) < WAIT_NS:
-            for index in range(first + 1):
-                away, paused, own = absence(index)
-                pace.first_away_ns += away
-                pace.first_paused_ns += paused
-                pace.first_own_ns += own
-    return pace
-
-
-def _come_before_asked(record: WireRecord) -> bytearray:
-    """1 for each read whose bytes had come before it was asked for, by the socket's word
-    (`WireRecord.ready`): from each read whose ask found bytes unread, it and the reads after
-    it whose bytes, each with `READY_SLACK_BYTES` for the wire's framing, fit in them."""
-    reads = record.reads
-    come = bytearray(len(reads))
-    if not record.ready:
-        return come
-    ends = [0, *itertools.accumulate(len(read[2]) + READY_SLACK_BYTES for read in reads)]
-    for index, unread in record.ready:
-        if not 0 <= index < len(reads):
-            continue
-        # The last read whose bytes end within `unread` of where read `index`'s begin.
-        last = bisect.bisect_right(ends, ends[index] + unread) - 2
-        if last >= index:
-            come[index : last + 1] = b"\x01" * (last + 1 - index)
-    return come
-
-
-def _held_back(
-    record: WireRecord, content: list[int], waited: Callable[[int], int]
-) -> Callable[[int], float]:
-    """How late the stamp of a buffered read was, estimated (ns): the reads
-    that waited for their data (over `ARRIVAL_WAIT_NS`) were stamped on arrival, and a buffered
-    read's data arrived after the last of them before it (L) and before the first after it (R),
-    in order. Spread evenly between the two, read j's data came at a_L + (j - L) / (R - L) *
-    (a_R - a_L). With no read that waited after it, the call's own pace stands in for R: the
-    median gap between two consecutive content reads that both waited, past the first (its gap
-    is ttft's); for a consumer behind to the end with no such pair, the most it can have been:
-    the time since a_L (a stream sent faster than the SDK parses it, with a stall or two in the
-    parsing, came out 7.6 ms)."""
-    reads = record.reads
-    headers = record.t_headers_ns or 0
-    arrivals = [read[1] for read in reads]
-    on_time = [index for index in range(len(reads)) if waited(index) >= ARRIVAL_WAIT_NS]
-    is_on_time = set(on_time)
-    gaps = sorted(
-        arrivals[b] - arrivals[a]
-        for a, b in itertools.pairwise(content[1:])
-        if b == a + 1 and a in is_on_time and b in is_on_time
-    )
-    step = gaps[len(gaps) // 2] if gaps else None
-
-    def held(index: int) -> float:
-        at = bisect.bisect_left(on_time, index)
-        left = on_time[at - 1] if at else -1
-        left_arrival = arrivals[left] if left >= 0 else headers
-        if at < len(on_time):
-            right = on_time[at]
-            share = (index - left) / (right - left)
-            arrival = left_arrival + share * (arrivals[right] - left_arrival)
-        elif step is not None:
-            arrival = left_arrival + (index - left) * step
-        else:
-            # Its data came after L's at least: the time since is the most it can have been held.
-            arrival = left_arrival
-        return max(arrivals[index] - arrival, 0.0)
-
-    return held
 
 
 def _t_end(record: WireRecord) -> int:

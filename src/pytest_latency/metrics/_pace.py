@@ -1,0 +1,339 @@
+"""How a sync or async consumer's pace shows in its reads' stamps.
+
+Owns the consumer-bound detector (`consumer_pace`: which content chunks were found buffered after
+the consumer's own absence, garbage collection's, or its thread's wait for a CPU, and how late
+their stamps were by estimate) and `behind`: the most a content event's time may be late where
+the consumer read it after it came, counted from the last time the call's reads pin an arrival
+to (a read that waited for its data, or the kernel's arrival time at an ask). `_call` turns both
+into the consumer_bound, gc_paused and cpu_starved flags.
+
+Pure; may import only the stdlib and `pytest_latency.wire`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pytest_latency.wire import READY_SLACK_BYTES, WAIT_NS, WireRecord
+
+# Consumer-bound detector (sdk-findings §3.5): a read that waited under `wire.WAIT_NS` (0.3 ms; its
+# wall time less its own CPU time through the HTTP stack, `WireRecord.read_cpu`) after the consumer
+# had been away for over `wire.AWAY_NS` (1 ms) found its data already buffered, so its stamp is when
+# the test asked, not when the server sent. The away time counts less what the consuming thread
+# spent waiting for a CPU (`WireRecord.queued`): that absence is a busy machine's (`cpu_starved`),
+# not the test body's.
+# A chunk counts when the consumer's absence before it was over BOUND_AWAY_NS (2 ms): capture
+# reads its counters after any absence over AWAY_NS, but a stamp held back less than 2 ms is
+# within what the plugin promises of any call, and beside two CPU hogs the SDK's own work on one
+# chunk (parsing in a cache a hog has just used) came out just over 1 ms now and then, its next
+# chunk arrived meanwhile, and a `for _ in stream: pass` loop was flagged (issue #14, item 12).
+BOUND_AWAY_NS = 2_000_000
+# A call is consumer-bound when more than 10 % of its content chunks (and at least 2) are: one or
+# two flags are usually the tail events buffered behind the last token.
+CONSUMER_BOUND_FRACTION = 0.10
+CONSUMER_BOUND_MIN = 2
+# ... and when those chunks' stamps were held back by more than 10 ms, twice the accuracy target
+# (p99 5 ms), by the estimate of `_held_back`: a buffered chunk's true arrival lies between the
+# arrivals of the reads around it that waited for their data (those stamps are arrivals), spread
+# evenly. On this project's 2-core VM the SDK's own work on one chunk, 0.5 ms of the thread's CPU
+# at the median, takes 4-6 ms now and then (85 of 2,850 chunks; a pure CPU loop after a short
+# sleep takes 10x its median 1 time in 100): the next chunks of a 4.5 ms-a-chunk stream are found
+# buffered, 2-5 of 16 counted, and 6 calls in 150 were flagged, though the consumer was back in
+# step a few chunks on and the estimate put their stamps 0-7.4 ms late (session 7). A consumer
+# that stays behind to the end of the stream is judged on the stream's pace, or on the most it
+# can have been held back (the time since the last arrival): one sleeping 25 ms a chunk, or
+# doing 2 ms of work on a 0.3 ms one, is over the limit within a few chunks.
+HOLD_BACK_NS = 10_000_000
+# The reads `_held_back` takes for arrivals: those that waited over 1 ms for their data. A
+# buffered async read can take longer than WAIT_NS, the loop running other tasks in its await
+# (the lag monitor's, the test's): a consumer sleeping 12 ms a chunk on an instant stream had
+# such reads 12 ms apart, taken for the stream's pace, and went unflagged (CI, session 7).
+ARRIVAL_WAIT_NS = 1_000_000  # less the read's wait for a CPU and GC pauses: `_consumer_pace`
+# Before the first content event, absence adds up: its stamp is ttft. The first call of a
+# process through `responses.stream()` spends ~400 ms building the SDK's pydantic models after
+# `response.created`, and the delta that had arrived meanwhile was stamped when the SDK asked
+# (ttft 416 ms against 16 ms; issue #14, item 2). Longer than a scheduler's delay on a busy box.
+FIRST_CONTENT_AWAY_NS = 20_000_000
+
+
+@dataclass(slots=True)
+class Pace:
+    """What the consumer-bound detector found in a call's reads: the content chunks found
+    buffered after an absence that was the consumer's own (`bound_chunks`), those whose absence
+    was long enough only with garbage collection's pause in it (`paused_chunks`, with that
+    pause), those whose absence was mostly its thread waiting for a CPU (`starved_chunks`, with
+    their away and queued time), and the away time before the first content event: the
+    consumer's own, the collector's, and all of it."""
+
+    bound_chunks: int = 0
+    paused_chunks: int = 0
+    paused_ns: int = 0
+    starved_chunks: int = 0
+    starved_away_ns: int = 0
+    starved_queued_ns: int = 0
+    first_own_ns: int = 0
+    first_paused_ns: int = 0
+    first_away_ns: int = 0
+    # The most any chunk of each kind was held back (`_held_back`; None for none such).
+    bound_held_ns: float | None = None
+    paused_held_ns: float | None = None
+    starved_held_ns: float | None = None
+
+    def bound(self, content_chunks: int, *, paused: bool = False, queued: bool = False) -> bool:
+        """Whether the consumer held the call's stamps back: counting only its own absences,
+        or with garbage collection's pauses (`paused`), or every absence, the machine's
+        included (`queued`)."""
+        chunks = self.bound_chunks
+        away = self.first_own_ns
+        held = [self.bound_held_ns]
+        if paused or queued:
+            chunks += self.paused_chunks
+            away += self.first_paused_ns
+            held.append(self.paused_held_ns)
+        if queued:
+            chunks += self.starved_chunks
+            away = self.first_away_ns
+            held.append(self.starved_held_ns)
+        late = max((h for h in held if h is not None), default=0.0) > HOLD_BACK_NS
+        return (
+            chunks >= CONSUMER_BOUND_MIN
+            and chunks > CONSUMER_BOUND_FRACTION * content_chunks
+            and late
+        ) or away > FIRST_CONTENT_AWAY_NS
+
+
+class _Reads:
+    """A call's reads as the consumer's pace reads them: how long each waited for its data, how
+    long the consumer was away before it, and whose doing that absence was."""
+
+    def __init__(self, record: WireRecord) -> None:
+        self.reads = record.reads
+        self.headers = record.t_headers_ns or 0
+        self.queued = dict(record.queued)
+        self.cpu = dict(record.read_cpu)
+        self.collected = dict(record.paused)
+        self.come = _come_before_asked(record)
+
+    def waited(self, index: int) -> int:
+        """How long read `index` waited for its data: its wall time less its own CPU time; none
+        where its bytes had come before it was asked for (`_come_before_asked`)."""
+        if self.come[index]:
+            return 0
+        asked, arrived, _ = self.reads[index]
+        return arrived - asked - self.cpu.get(index, 0)
+
+    def absence(self, index: int) -> tuple[int, int, int]:
+        """How long the consumer was away before read `index`; how much of that garbage
+        collection held the process; and how much was the consumer's own, less both that and
+        the wait for a CPU (neither can exceed the absence)."""
+        previous = self.reads[index - 1][1] if index else self.headers
+        away = max(self.reads[index][0] - previous, 0)
+        own = away - min(self.queued.get(index, 0), away)
+        paused = min(self.collected.get(index, 0), own)
+        return away, paused, own - paused
+
+    def waited_for_data(self, index: int) -> int:
+        """`waited`, less what the reading's span spent waiting for a CPU or held by garbage
+        collection (over-subtracted where those fell in the absence before: fewer arrivals,
+        never a false one; beside two CPU hogs a read preempted mid-way waited milliseconds
+        for its thread, not its data, and 2 ms-a-chunk work went unflagged, CI session 7)."""
+        return self.waited(index) - self.queued.get(index, 0) - self.collected.get(index, 0)
+
+
+def consumer_pace(record: WireRecord, reads: list[int]) -> Pace:
+    """What the consumer-bound detector finds in the call's reads, `reads` being those that
+    brought content (in order)."""
+    pace = Pace()
+    if record.t_headers_ns is None:
+        return pace
+    on = _Reads(record)
+    waited, absence = on.waited, on.absence
+    held_back = _held_back(record, reads, on.waited_for_data)
+
+    def most(so_far: float | None, index: int) -> float:
+        held = held_back(index)
+        return held if so_far is None else max(so_far, held)
+
+    for index in reads:
+        if waited(index) >= WAIT_NS:
+            continue
+        away, paused, own = absence(index)
+        if own > BOUND_AWAY_NS:
+            pace.bound_chunks += 1
+            pace.bound_held_ns = most(pace.bound_held_ns, index)
+        elif own + paused > BOUND_AWAY_NS:
+            pace.paused_chunks += 1
+            pace.paused_ns += paused
+            pace.paused_held_ns = most(pace.paused_held_ns, index)
+        elif away > BOUND_AWAY_NS:
+            pace.starved_chunks += 1
+            pace.starved_away_ns += away
+            pace.starved_queued_ns += away - own - paused
+            pace.starved_held_ns = most(pace.starved_held_ns, index)
+    # Before the first content event, absence adds up: its stamp is ttft. Had the event not been
+    # there yet, the read that brought it would have waited for it and stamped its arrival.
+    if reads:
+        first = reads[0]
+        if waited(first) < WAIT_NS:
+            for index in range(first + 1):
+                away, paused, own = absence(index)
+                pace.first_away_ns += away
+                pace.first_paused_ns += paused
+                pace.first_own_ns += own
+    return pace
+
+
+@dataclass(frozen=True, slots=True)
+class Behind:
+    """The most one of a sync call's content times may be late (`behind`), and since the arrival
+    it is counted from: the consumer's absences less the rest (its own), garbage collection's
+    pauses and its thread's waits for a CPU (ns), and the content chunks read."""
+
+    late_ns: int
+    own_ns: int
+    paused_ns: int
+    queued_ns: int
+    chunks: int  # the content chunks read in that span, each found buffered
+
+
+def behind(
+    record: WireRecord,
+    shown: Sequence[int],
+    event_reads: Sequence[int],
+    noted: Sequence[tuple[int, int]],
+) -> Behind | None:
+    """The most a content event's time (`shown`, the event's read in `event_reads`) may be
+    after the event came, for a sync call: the events come in order, so each came after the
+    last arrival the call pins before it, the head's, that of a read that waited for its data
+    (its stamp is its data's arrival), or one the kernel gave at an ask for the newest event
+    then queued (`noted`: (read index, time), `_asked.asked_shown`). None without content.
+
+    A consumer that keeps up waits at its reads and this stays near 0; one that falls behind
+    (litellm's sync stream parsing a 2 ms-a-token stream at about the stream's pace, its reads
+    found 10-26 ms of events queued, each after an absence under a millisecond) reads events
+    that came long before, and the time since the last pinned arrival is the most each can be
+    late. An over-estimate where the stream is slow and the consumer found one event buffered
+    without a note (an absence under `wire.AWAY_NS`); an under-estimate where a note's count
+    missed events a layer above the socket held (h11's buffer): those came before the time it
+    pins."""
+    if not shown or record.t_headers_ns is None:
+        return None
+    on = _Reads(record)
+    pins = sorted(
+        [
+            (r, record.reads[r][1])
+            for r in range(len(record.reads))
+            if on.waited_for_data(r) >= WAIT_NS
+        ]
+        + [pin for pin in noted if 0 <= pin[0] < len(record.reads)]
+    )
+    content = sorted(set(event_reads))
+    asks = sorted(read for read, _ in record.ready)  # the asks the socket said held data
+
+    def between(values: list[int], after: int, upto: int) -> int:
+        return bisect.bisect_right(values, upto) - bisect.bisect_right(values, after)
+
+    lo, lo_read, at = record.t_headers_ns, -1, 0
+    worst: tuple[int, int, int] | None = None  # (late, from read, to read)
+    for t, read in zip(shown, event_reads, strict=True):
+        while at < len(pins) and pins[at][0] <= read:
+            if pins[at][1] >= lo:
+                lo, lo_read = pins[at][1], pins[at][0]
+            at += 1
+        # Only where the socket said at an ask since that it held data (`WireRecord.ready`,
+        # HTTP/1 in the clear): the consumer was behind, and the kernel pins a short queue's
+        # arrival (`noted`) where it can. Without its word (TLS, no FIONREAD) a chunk found
+        # buffered came somewhere in the consumer's absence; where the stream's pace is slower
+        # than the target, a moment's work (4-6 ms now and then on a busy box) finds the next
+        # chunks there while they are nearly punctual, and the detector's estimate from the
+        # stream's pace (`_held_back`) judges them instead (session 7).
+        if (worst is None or t - lo > worst[0]) and between(asks, lo_read, read):
+            worst = (t - lo, lo_read, read)
+    if worst is None:
+        return Behind(0, 0, 0, 0, 0)
+    late, first, last = worst
+    # Whose doing, over the span as a whole: a note's run-queue wait runs from the counter's
+    # last reading, taken only at a read that came over `WAIT_NS` after the one before, so it
+    # holds the waits of the short absences and reads since too; capped at its own absence, as
+    # the detector takes it, they were lost (a pass loop on a third of a CPU came out its own).
+    # The first note after the span holds its tail's.
+    away = sum(on.absence(index)[0] for index in range(first + 1, last + 1))
+    queued = _noted_over(record.queued, first, last)
+    paused = _noted_over(record.paused, first, last)
+    own = max(away - queued - paused, 0)
+    return Behind(late, own, paused, queued, between(content, first, last))
+
+
+def _noted_over(notes: list[tuple[int, int]], first: int, last: int) -> int:
+    """The sum of the (read index, ns) `notes` in reads first+1..last, and of the first after."""
+    total, tail = 0, None
+    for index, ns in notes:
+        if first < index <= last:
+            total += ns
+        elif index > last and (tail is None or index < tail[0]):
+            tail = (index, ns)
+    return total + (tail[1] if tail is not None else 0)
+
+
+def _come_before_asked(record: WireRecord) -> bytearray:
+    """1 for each read whose bytes had come before it was asked for, by the socket's word
+    (`WireRecord.ready`): from each read whose ask found bytes unread, it and the reads after
+    it whose bytes, each with `READY_SLACK_BYTES` for the wire's framing, fit in them."""
+    reads = record.reads
+    come = bytearray(len(reads))
+    if not record.ready:
+        return come
+    ends = [0, *itertools.accumulate(len(read[2]) + READY_SLACK_BYTES for read in reads)]
+    for index, unread in record.ready:
+        if not 0 <= index < len(reads):
+            continue
+        # The last read whose bytes end within `unread` of where read `index`'s begin.
+        last = bisect.bisect_right(ends, ends[index] + unread) - 2
+        if last >= index:
+            come[index : last + 1] = b"\x01" * (last + 1 - index)
+    return come
+
+
+def _held_back(
+    record: WireRecord, content: list[int], waited: Callable[[int], int]
+) -> Callable[[int], float]:
+    """How late the stamp of a buffered read was, estimated (ns): the reads
+    that waited for their data (over `ARRIVAL_WAIT_NS`) were stamped on arrival, and a buffered
+    read's data arrived after the last of them before it (L) and before the first after it (R),
+    in order. Spread evenly between the two, read j's data came at a_L + (j - L) / (R - L) *
+    (a_R - a_L). With no read that waited after it, the call's own pace stands in for R: the
+    median gap between two consecutive content reads that both waited, past the first (its gap
+    is ttft's); for a consumer behind to the end with no such pair, the most it can have been:
+    the time since a_L (a stream sent faster than the SDK parses it, with a stall or two in the
+    parsing, came out 7.6 ms)."""
+    reads = record.reads
+    headers = record.t_headers_ns or 0
+    arrivals = [read[1] for read in reads]
+    on_time = [index for index in range(len(reads)) if waited(index) >= ARRIVAL_WAIT_NS]
+    is_on_time = set(on_time)
+    gaps = sorted(
+        arrivals[b] - arrivals[a]
+        for a, b in itertools.pairwise(content[1:])
+        if b == a + 1 and a in is_on_time and b in is_on_time
+    )
+    step = gaps[len(gaps) // 2] if gaps else None
+
+    def held(index: int) -> float:
+        at = bisect.bisect_left(on_time, index)
+        left = on_time[at - 1] if at else -1
+        left_arrival = arrivals[left] if left >= 0 else headers
+        if at < len(on_time):
+            right = on_time[at]
+            share = (index - left) / (right - left)
+            arrival = left_arrival + share * (arrivals[right] - left_arrival)
+        elif step is not None:
+            arrival = left_arrival + (index - left) * step
+        else:
+            # Its data came after L's at least: the time since is the most it can have been held.
+            arrival = left_arrival
+        return max(arrivals[index] - arrival, 0.0)
+
+    return held
