@@ -1148,6 +1148,34 @@ def test_a_sync_consumer_behind_because_its_thread_waited_for_a_cpu_is_starved()
     assert any(n.startswith("cpu_starved: a content event's time may be up to") for n in m.notes)
 
 
+def test_a_sync_read_woken_by_its_data_and_left_waiting_for_a_cpu_is_starved() -> None:
+    """A sync read blocks until its data comes; on a busy machine its thread, woken by the
+    data, then waits, runnable, for a CPU, and stamps the data that late: the openai and
+    anthropic SDKs' prompt reads came 5-8 ms late beside a running suite, none flagged (session
+    24). The run-queue wait noted at such a read, no more than the read's own span, is the most
+    its stamp may be late (`_pace.wake_delay`); over the target the call is cpu_starved."""
+    chunks = [
+        (60.0, chat_chunk({"role": "assistant", "content": ""})),
+        (70.0, chat_chunk({"content": "t0"})),
+        (80.0, chat_chunk({"content": "t1"})),
+    ]
+    record = make_record(CHAT_URL, chunks, waits_ms=[10.0, 9.8, 9.8])  # prompt: each waited
+    assert call_metrics(record).flagged == ()
+    record.queued = [(2, 7 * MS)]  # t1's read: its thread 7 ms in the run queue
+    m = call_metrics(record)
+    assert m.flagged == ("cpu_starved",)
+    (note,) = [n for n in m.notes if n.startswith("cpu_starved")]
+    assert "may have come up to 7 ms before the test's thread, woken by it, got a CPU" in note
+    assert m.stamp_error_max_ms == 7.0
+    record.queued = [(2, 3 * MS)]  # within the target
+    assert call_metrics(record).flagged == ()
+    # No more than the read's own span: a wait for a CPU noted over a long absence before it
+    # (the counter's last reading was before the absence) was not the read's.
+    record.reads[2] = (T0 + 79 * MS, T0 + 80 * MS, record.reads[2][2])
+    record.queued = [(2, 9 * MS)]
+    assert call_metrics(record).cpu_starved is False
+
+
 def _crlf(data: bytes) -> bytes:
     return data.replace(b"\n", b"\r\n")
 

@@ -295,33 +295,30 @@ class RunQueueWait:
 
 
 def note_queued(
-    record: WireRecord,
-    queue: RunQueueWait,
-    index: int,
-    since: bytes,
-    away: int,
-    over: int = AWAY_NS,
+    record: WireRecord, queue: RunQueueWait, index: int, since: bytes, note: bool
 ) -> bytes:
     """Read `index` has just arrived, more than `WAIT_NS` after the one before: read the
-    counter (the new `since`, returned), and when the consumer had been away over `over`
-    before asking for it, note how long its thread waited for a CPU since the last reading
-    (`since`: before the absence, or at the headers). A sync body notes from `ASK_NS` on, as
-    it asks its socket: how far behind a consumer is, and whose doing, adds up over absences
-    each too short to count alone (`metrics._pace.behind`)."""
+    counter (the new `since`, returned), and where `note`, note how long its thread waited for a
+    CPU since the last reading (`since`: before the absence, or at the headers). Noted where the
+    consumer had been away over `AWAY_NS` before asking; a sync body's also from `ASK_NS` on, as
+    it asks its socket (how far behind a consumer is, and whose doing, adds up over absences
+    each too short to count alone: `metrics._pace.behind`), and where the read waited for its
+    data: a thread woken by its data's arrival on a busy machine waits for a CPU before it
+    stamps it (`metrics._pace.wake_delay`)."""
     now = queue.raw()
-    if away > over:
+    if note:
         before, after = RunQueueWait.parse(since), RunQueueWait.parse(now)
         if before is not None and after is not None and after >= before:
             record.queued.append((index, after - before))
     return now
 
 
-def note_paused(record: WireRecord, index: int, since: int, away: int, over: int = AWAY_NS) -> int:
+def note_paused(record: WireRecord, index: int, since: int, note: bool) -> int:
     """`note_queued`'s twin for garbage collection, over the same span: the collector's summed
-    pause time now (the new `since`, returned), and when the consumer had been away over
-    `over`, how much of it fell since the last reading."""
+    pause time now (the new `since`, returned), and where `note`, how much of it fell since the
+    last reading."""
     now = PAUSED[0]
-    if away > over and now > since:
+    if note and now > since:
         record.paused.append((index, now - since))
     return now
 
@@ -503,11 +500,11 @@ class TimedBody:
                 # One test a chunk (+~40 ns): only a read that came more than WAIT_NS after the
                 # last one can end a long absence or start one after waiting (see the class).
                 if arrived - previous > slow and timed and room >= 0:
-                    gap = asked - previous
+                    note = asked - previous > ask or arrived - asked > slow
                     if fd >= 0:
-                        since = note_queued(record, queue, len(reads), since, gap, ask)
-                    paused = note_paused(record, len(reads), paused, gap, ask)
-                    if gap > ask:  # what the two notes may have cost
+                        since = note_queued(record, queue, len(reads), since, note)
+                    paused = note_paused(record, len(reads), paused, note)
+                    if note:  # what the two notes may have cost
                         room -= 2 * NOTE_COST
                 previous = arrived
                 # The keep limit: a subtraction and a test per chunk (+0.11 us measured against
@@ -570,10 +567,11 @@ class AsyncTimedBody:
                 if probe is not None:
                     probe(arrived)
                 if arrived - previous > slow and timed and room >= 0:
+                    note = asked - previous > away
                     if fd >= 0:
-                        since = note_queued(record, queue, len(reads), since, asked - previous)
-                    paused = note_paused(record, len(reads), paused, asked - previous)
-                    if asked - previous > away:  # what the two notes may have cost
+                        since = note_queued(record, queue, len(reads), since, note)
+                    paused = note_paused(record, len(reads), paused, note)
+                    if note:  # what the two notes may have cost
                         room -= 2 * NOTE_COST
                 previous = arrived
                 room -= len(chunk) + cost

@@ -32,7 +32,7 @@ from pytest_latency.metrics._fingerprint import (
     prompt_text,
     request_print,
 )
-from pytest_latency.metrics._pace import Pace, behind, consumer_pace
+from pytest_latency.metrics._pace import Pace, behind, consumer_pace, wake_delay
 from pytest_latency.metrics._scan import json_object as _json_object
 from pytest_latency.metrics._scan import scan_body, scan_error
 from pytest_latency.metrics.apis import REASONING, UNKNOWN
@@ -409,11 +409,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     # stream at about its pace and stays 10-26 ms behind, every absence under a millisecond),
     # or a burst of events parsed slowly out of the HTTP stack's buffer. Whose doing, the
     # absences since the arrival it is counted from say (`_pace.behind`).
-    lag = (
-        behind(record, times, [read for _, read, _ in content], pins)
-        if timed and content and paced_by_consumer and record.loop_lag is None
-        else None
-    )
+    sync_paced = timed and content and paced_by_consumer and record.loop_lag is None
+    lag = behind(record, times, [read for _, read, _ in content], pins) if sync_paced else None
     if (
         lag is not None
         and lag.late_ns > STAMP_TARGET_MS * 1e6
@@ -449,6 +446,18 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
                 f"{lag.own_ns / 1e6:.0f} ms of its own, the rest in its reads (a busy machine, "
                 "or another thread holding the GIL), not the test body"
             )
+
+    # A sync read that waited for its data, stamped late because its thread, woken by the data,
+    # waited for a CPU: a busy machine's doing (`_pace.wake_delay`).
+    woken = wake_delay(record, reads_with_content) if sync_paced else 0
+    flagged = consumer_bound or consumer_paused or consumer_starved
+    if woken > STAMP_TARGET_MS * 1e6 and not flagged:
+        consumer_starved = True
+        scan.note(
+            f"cpu_starved: a read's data may have come up to {woken / 1e6:.0f} ms before the "
+            "test's thread, woken by it, got a CPU to take it: a busy machine, not the test body"
+        )
+    sync_late = max(lag.late_ns if lag is not None else 0, woken) if sync_paced else None
 
     error, detail = scan_error(record, scan, capped=capped)
     output_pieces = scan.output.pieces()
@@ -578,8 +587,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
             round(stamp_error, 3)
             if stamp_error is not None
             else None
-            if lag is None
-            else round(lag.late_ns / 1e6, 3)
+            if sync_late is None
+            else round(sync_late / 1e6, 3)
         ),
         client_saturated=saturated,
         gc_paused=consumer_paused or loop_paused,

@@ -2,10 +2,11 @@
 
 Owns the consumer-bound detector (`consumer_pace`: which content chunks were found buffered after
 the consumer's own absence, garbage collection's, or its thread's wait for a CPU, and how late
-their stamps were by estimate) and `behind`: the most a content event's time may be late where
+their stamps were by estimate), `behind`: the most a content event's time may be late where
 the consumer read it after it came, counted from the last time the call's reads pin an arrival
-to (a read that waited for its data, or the kernel's arrival time at an ask). `_call` turns both
-into the consumer_bound, gc_paused and cpu_starved flags.
+to (a read that waited for its data, or the kernel's arrival time at an ask), and `wake_delay`:
+the most a read that waited for its data may have been stamped late by its thread's wait for a
+CPU. `_call` turns them into the consumer_bound, gc_paused and cpu_starved flags.
 
 Pure; may import only the stdlib and `pytest_latency.wire`.
 """
@@ -265,6 +266,28 @@ def behind(
     paused = _noted_over(record.paused, first, last)
     own = max(away - queued - paused, 0)
     return Behind(late, own, paused, queued, between(content, first, last))
+
+
+def wake_delay(record: WireRecord, content_reads: Sequence[int]) -> int:
+    """The most a sync content read that waited for its data may have been stamped late for its
+    thread's wait for a CPU once the data came (ns): the run-queue wait noted at that read (from
+    the counter's last reading to its arrival, `WireRecord.queued`), no more than the read's own
+    span. A thread woken by its data on a busy machine is runnable, not running, until a CPU is
+    free: the openai and anthropic SDKs' prompt sync reads came 5-8 ms late beside a running
+    test suite, and an in-process simulator's beside two CPU hogs 6-12 ms, none flagged
+    (session 24). 0 where no such read was noted. A read found buffered is `behind`'s."""
+    queued = dict(record.queued)
+    if not queued:
+        return 0
+    on = _Reads(record)
+    worst = 0
+    for index in set(content_reads):
+        ns = queued.get(index)
+        if ns is None or on.waited(index) < WAIT_NS:
+            continue
+        asked, arrived, _ = record.reads[index]
+        worst = max(worst, min(ns, arrived - asked))
+    return worst
 
 
 def _noted_over(notes: list[tuple[int, int]], first: int, last: int) -> int:
