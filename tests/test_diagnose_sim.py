@@ -74,8 +74,12 @@ def run(records: list[WireRecord], body: Body, *, samples: int, warmup: int = 1)
 # What the process did to the measurement, not the suite's disease: true of this run when they
 # fire (this suite's own process is large, its heap unfrozen, and shared with other tests'
 # servers), and said in their own findings. A CI run found `found == ["prefill_bound"]` with a
-# consumer_bound beside it (session 7: a garbage collection, now gc_paused).
-ENVIRONMENT = {diagnose.CPU_STARVED, diagnose.GC_PAUSED}
+# consumer_bound beside it (session 7: a garbage collection, now gc_paused). consumer_bound too:
+# no body here does work per chunk, and since sync calls are flagged where they fell over 5 ms
+# behind the stream (session 24), the SDK's own parsing in this large process, beside the
+# in-process simulator's thread and the suite's other worker, now and then is (the cache suite
+# at 1 ms a token, once in a full run): the process's doing, not the suite's disease.
+ENVIRONMENT = {diagnose.CPU_STARVED, diagnose.GC_PAUSED, diagnose.CONSUMER_BOUND}
 
 
 def diagnosed(

@@ -418,11 +418,12 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     ):
         late_ms = lag.late_ns / 1e6
         # Whose doing: the test body's where its own absences since the pin account for at
-        # least half the lateness (litellm parsing each event just under the stream's pace);
-        # else the machine's or the collector's. The rest of the lateness is the reads' own
-        # time, preempted, or held off the GIL by another thread: an in-process simulator's,
-        # writing (its test suite's reads took 12 ms over 9 chunks, away 2 ms of their own,
-        # beside two CPU hogs; session 24). Neither is the test body's work per chunk.
+        # least half the lateness (litellm parsing each event just under the stream's pace),
+        # the collector's where its pauses do; else the machine's. The rest of the lateness is
+        # the reads' own time, preempted, or held off the GIL by another thread: an in-process
+        # simulator's, writing (its test suite's reads took 12 ms over 9 chunks, away 2 ms of
+        # their own, beside two CPU hogs), litellm's logging threads (a "0 ms" collection was
+        # blamed before this rule; session 24). Neither is the test body's work per chunk.
         if lag.own_ns * 2 >= lag.late_ns:
             consumer_bound = True
             pace.bound_chunks = max(pace.bound_chunks, lag.chunks)
@@ -431,7 +432,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
                 f"test read {lag.chunks} chunks after they came, away {lag.own_ns / 1e6:.0f} ms "
                 "in all between reads, and no read waited for its data"
             )
-        elif lag.paused_ns > lag.queued_ns:
+        elif lag.paused_ns * 2 >= lag.late_ns:
             consumer_paused = True
             scan.note(
                 f"gc_paused: a content event's time may be up to {late_ms:.0f} ms late: garbage "
