@@ -12,7 +12,6 @@ process, whose truth log is the oracle.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx2
@@ -92,41 +91,3 @@ def test_a_first_content_found_queued_is_timed_by_the_kernel_not_the_ask(
     lo, hi = newest.sent_span_ns
     assert lo - 1_000_000 <= shown <= hi + 1_000_000, ((shown - lo) / 1e6, (shown - hi) / 1e6)
     assert shown < stamp
-
-
-def test_a_note_says_whether_its_read_took_the_queues_head(
-    sim: str, openai_sdk: tuple[OpenAI, list[WireRecord]]
-) -> None:
-    """The queue's events are the next ones read only where the read after the peek took its
-    bytes from the queue's head (`AskedArrival.head`). Away 130 ms after the role event, the
-    first content's read takes both queued events off the socket and h11 keeps the second;
-    away 60 ms more, the third is queued, and the read returns the second from h11's buffer,
-    not from the queue: counted from there, the queue's newest would be taken for the second
-    (litellm's sync stream reads one event a read: its time was put 4 ms late where it was 9.8,
-    beside two CPU hogs, session 24)."""
-    client, records = openai_sdk
-    for _ in range(3):
-        records.clear()
-        stream = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "q"}], stream=True
-        )
-        chunks = iter(stream)
-        next(chunks)  # the role event
-        time.sleep(0.130)  # the first two content events come meanwhile
-        next(chunks)
-        time.sleep(0.060)  # the third
-        for _ in chunks:
-            pass
-        (record,) = records
-        notes = {note.read: note for note in record.asked_arrivals}
-        if 1 in notes and notes[1].events == 2 and 2 in notes and notes[2].events == 1:
-            break
-    else:
-        pytest.fail(f"the asks did not find 2 then 1 event(s) queued in 3 tries: {notes}")
-    assert notes[1].head, "the first content's read took the queue's head"
-    assert not notes[2].head, "the second came from h11's buffer, ahead of the queue"
-    # Its events still came by the kernel's time: never shown before they were sent.
-    truth = truth_of(record, truth_log(sim))
-    shown = content_times(record, call_metrics(record))
-    for at, event in zip(shown, truth.content_events, strict=True):
-        assert at >= event.sent_span_ns[0] - 1_000_000, (at - event.sent_span_ns[0]) / 1e6

@@ -53,11 +53,11 @@ DECODED_LIMIT = 64 * 1024 * 1024
 WAIT_NS = 300_000
 AWAY_NS = 1_000_000
 # A sync consumer away this long before a read has its socket asked what it holds (`ready`, and
-# the kernel's arrival time of a short queue, `asked_arrivals`; an ioctl, 1.3 us, and a peek
-# where data is there): litellm's sync stream parses each event of a 2 ms-a-token stream in
-# just under AWAY_NS, stays 10-26 ms behind it, and no read of that stretch was noted (session
-# 24). A prompt SDK consumer's own work between reads (16-105 us, docs/performance.md §2) does
-# not reach it.
+# the kernel's arrival time of a short queue, `asked_arrivals`; an ioctl, 1.3 us, and where
+# data is there a peek and its count, ~10 us): litellm's sync stream parses each event of a
+# 2 ms-a-token stream in just under AWAY_NS, stays 10-26 ms behind it, and no read of that
+# stretch was noted (session 24). A prompt SDK consumer's own work between reads (16-105 us,
+# docs/performance.md §2) does not reach it.
 ASK_NS = 250_000
 # What a read may take on the wire besides its body's bytes, at most: a chunk's size line and
 # line ends (HTTP/1.1 chunked, up to 20 bytes; chunk extensions longer than 44 bytes are not
@@ -87,10 +87,6 @@ class AskedArrival(NamedTuple):
     # its bytes say nothing), and whether it ended at one's end.
     events: int
     ends: bool
-    # The read took its bytes from the queue's head: nothing above the socket (h11's buffer)
-    # held data ahead of them, so the queue's newest event is the last of `events` read from
-    # this read on (`metrics._pace.behind` counts from its arrival).
-    head: bool = False
 
 
 def event_ends(data: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
@@ -266,7 +262,8 @@ class WireRecord:
     t_asked_ns: int | None = None
     t_cut_ns: int | None = None
     # (read index, ns) for each read the consumer asked for after being away over AWAY_NS (a
-    # sync consumer: ASK_NS): how long the consuming thread waited, runnable, for a CPU (Linux
+    # sync consumer: ASK_NS, and a sync read that waited for its data where this is 1 ms or
+    # more): how long the consuming thread waited, runnable, for a CPU (Linux
     # schedstat run_delay) from the last reading before the absence (at the headers, or at a
     # chunk that came over WAIT_NS after the one before) to that read's arrival. Empty where the
     # kernel does not expose it, and for read-ahead.

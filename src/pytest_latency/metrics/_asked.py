@@ -24,7 +24,7 @@ def asked_shown(
     stamps: Sequence[tuple[int, int]],
     ended: Sequence[int],
     agree: Sequence[int],
-) -> tuple[list[int], list[tuple[int, int]]]:
+) -> list[int]:
     """Each content event's time, from its (stamp, read index) in `stamps`: the stamp, or,
     where the kernel said at an ask that the event's end had come by an earlier time, that
     time; and no later than any event after it is shown by (a stream's events come in order).
@@ -39,22 +39,14 @@ def asked_shown(
     at the queue's last whole event. Not a note whose queue did not end at an event's end (a
     chunked queue read from mid-chunk can pass for one that begins at a chunk's size line, but
     hardly for one that also ends whole), nor one the record contradicts (before the request,
-    or after the read it was taken at).
-
-    And each (read index, time) where a walk reached the queue's last whole event and the read
-    asked for took its bytes from the queue's head (`AskedArrival.head`): the read that ended
-    the newest event then queued, which came at that time (`_pace.behind` counts from it).
-    Without the head, events a buffer above the socket held ahead shift the count: the event
-    it reaches came earlier, and counting from that time under-states how late later ones are
-    (litellm's sync stream: 4 ms against 9.8 beside two CPU hogs)."""
+    or after the read it was taken at)."""
     shown = [t for t, _ in stamps]
     reads = record.reads
     notes = record.asked_arrivals
     # A capped record's last kept read may be cut short: its events cannot be counted; a coded
     # body's socket bytes are not its events (capture does not peek at one: kept out here too).
-    pins: list[tuple[int, int]] = []
     if not notes or record.capped or record.content_encoding or not reads:
-        return shown, pins
+        return shown
     before = [0, *itertools.accumulate(ended)]
     came = [arrived for _, arrived, _ in reads]  # each read's events came by this
     for note in notes:
@@ -70,10 +62,8 @@ def asked_shown(
             if ended[j]:
                 came[j] = min(came[j], note.arrived_ns)
             if before[j + 1] == whole:
-                if note.head:
-                    pins.append((j, note.arrived_ns))
                 break
     shown = [min(t, came[read]) for t, read in stamps]
     for i in range(len(shown) - 2, -1, -1):
         shown[i] = min(shown[i], shown[i + 1])
-    return shown, pins
+    return shown

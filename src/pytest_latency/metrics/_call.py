@@ -347,11 +347,10 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     # Each content event's time: the earliest its arrival is shown by (its stamp, less the
     # lateness the loop's passes and the kernel's arrival times show); never before it came.
     # A sync call's, by the kernel's arrival times at the consumer's asks (`asked_shown`).
-    pins: list[tuple[int, int]] = []
     if bounds is not None:
         times = bounds.shown
     elif peeked and record.asked_arrivals:
-        times, pins = asked_shown(record, [(t, read) for t, read, _ in content], ended, agree)
+        times = asked_shown(record, [(t, read) for t, read, _ in content], ended, agree)
     else:
         times = stamps
     ttft = ttfo = e2e = tpot = None
@@ -406,43 +405,43 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
 
     # A sync consumer behind the stream by more than the target, where the detector above did
     # not see it: absences each too short to count (litellm's sync stream parses a 2 ms-a-token
-    # stream at about its pace and stays 10-26 ms behind, every absence under a millisecond),
-    # or a burst of events parsed slowly out of the HTTP stack's buffer. Whose doing, the
-    # absences since the arrival it is counted from say (`_pace.behind`).
+    # stream at about its pace and stays 10-26 ms behind, every absence under a millisecond).
+    # The socket's word at an ask bounds it from below (`_pace.behind`); whose doing, the span
+    # from that ask to the read says.
     sync_paced = timed and content and paced_by_consumer and record.loop_lag is None
-    lag = behind(record, times, [read for _, read, _ in content], pins) if sync_paced else None
+    lag = behind(record, times, [read for _, read, _ in content]) if sync_paced else None
     if (
         lag is not None
         and lag.late_ns > STAMP_TARGET_MS * 1e6
         and not (consumer_bound or consumer_paused or consumer_starved)
     ):
         late_ms = lag.late_ns / 1e6
-        # Whose doing: the test body's where its own absences since the pin account for at
-        # least half the lateness (litellm parsing each event just under the stream's pace),
-        # the collector's where its pauses do; else the machine's. The rest of the lateness is
-        # the reads' own time, preempted, or held off the GIL by another thread: an in-process
-        # simulator's, writing (its test suite's reads took 12 ms over 9 chunks, away 2 ms of
-        # their own, beside two CPU hogs), litellm's logging threads (a "0 ms" collection was
-        # blamed before this rule; session 24). Neither is the test body's work per chunk.
+        # The test body's where its own absences over the span account for at least half the
+        # lateness (litellm parsing each event just under the stream's pace), the collector's
+        # where its pauses do; else the machine's. The rest of the lateness is the reads' own
+        # time, preempted, or held off the GIL by another thread: an in-process simulator's,
+        # writing (its test suite's reads took 12 ms over 9 chunks, away 2 ms of their own,
+        # beside two CPU hogs), litellm's logging threads (a "0 ms" collection was blamed
+        # before this rule; session 24). Neither is the test body's work per chunk.
         if lag.own_ns * 2 >= lag.late_ns:
             consumer_bound = True
             pace.bound_chunks = max(pace.bound_chunks, lag.chunks)
             scan.note(
-                f"consumer_bound: a content event's time may be up to {late_ms:.0f} ms late: the "
-                f"test read {lag.chunks} chunks after they came, away {lag.own_ns / 1e6:.0f} ms "
-                "in all between reads, and no read waited for its data"
+                f"consumer_bound: a content event's time is at least {late_ms:.0f} ms late: its "
+                "data was in the socket when the test asked for a read, and the test read "
+                f"{lag.chunks} chunks before it, away {lag.own_ns / 1e6:.0f} ms in all"
             )
         elif lag.paused_ns * 2 >= lag.late_ns:
             consumer_paused = True
             scan.note(
-                f"gc_paused: a content event's time may be up to {late_ms:.0f} ms late: garbage "
+                f"gc_paused: a content event's time is at least {late_ms:.0f} ms late: garbage "
                 f"collection held the process {lag.paused_ns / 1e6:.0f} ms meanwhile, the test "
                 f"away {lag.own_ns / 1e6:.0f} ms of its own: the collector, not the test body"
             )
         else:
             consumer_starved = True
             scan.note(
-                f"cpu_starved: a content event's time may be up to {late_ms:.0f} ms late: the "
+                f"cpu_starved: a content event's time is at least {late_ms:.0f} ms late: the "
                 f"test's thread waited {lag.queued_ns / 1e6:.0f} ms for a CPU meanwhile, away "
                 f"{lag.own_ns / 1e6:.0f} ms of its own, the rest in its reads (a busy machine, "
                 "or another thread holding the GIL), not the test body"
@@ -455,10 +454,9 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     if woken > STAMP_TARGET_MS * 1e6 and not flagged:
         consumer_starved = True
         scan.note(
-            f"cpu_starved: a read's data may have come up to {woken / 1e6:.0f} ms before the "
-            "test's thread, woken by it, got a CPU to take it: a busy machine, not the test body"
+            f"cpu_starved: a read's data came at least {woken / 1e6:.0f} ms before the test's "
+            "thread, woken by it, got a CPU to take it: a busy machine, not the test body"
         )
-    sync_late = max(lag.late_ns if lag is not None else 0, woken) if sync_paced else None
 
     error, detail = scan_error(record, scan, capped=capped)
     output_pieces = scan.output.pieces()
@@ -584,13 +582,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
         output_shingles=out_shingles,
         output_digests=out_digests,
         loop_lag_max_ms=lag_ms,
-        stamp_error_max_ms=(
-            round(stamp_error, 3)
-            if stamp_error is not None
-            else None
-            if sync_late is None
-            else round(sync_late / 1e6, 3)
-        ),
+        stamp_error_max_ms=None if stamp_error is None else round(stamp_error, 3),
         client_saturated=saturated,
         gc_paused=consumer_paused or loop_paused,
         cpu_starved=consumer_starved or loop_starved,

@@ -189,93 +189,66 @@ def consumer_pace(record: WireRecord, reads: list[int]) -> Pace:
 
 @dataclass(frozen=True, slots=True)
 class Behind:
-    """The most one of a sync call's content times may be late (`behind`), and since the arrival
-    it is counted from: the consumer's absences less the rest (its own), garbage collection's
-    pauses and its thread's waits for a CPU (ns), and the content chunks read."""
+    """How late one of a sync call's content times is at least (`behind`), and over the span
+    from the ask that found its data queued to its read: the consumer's absences less the rest
+    (its own), garbage collection's pauses and its thread's waits for a CPU (ns), and the
+    content chunks read."""
 
     late_ns: int
     own_ns: int
     paused_ns: int
     queued_ns: int
-    chunks: int  # the content chunks read in that span, each found buffered
+    chunks: int
 
 
-def behind(
-    record: WireRecord,
-    shown: Sequence[int],
-    event_reads: Sequence[int],
-    noted: Sequence[tuple[int, int]],
-) -> Behind | None:
-    """The most a content event's time (`shown`, the event's read in `event_reads`) may be
-    after the event came, for a sync call: the events come in order, so each came after the
-    last arrival the call pins before it, the head's, that of a read that waited for its data
-    (its stamp is its data's arrival), or one the kernel gave at an ask for the newest event
-    then queued (`noted`: (read index, time), `_asked.asked_shown`). None without content.
+def behind(record: WireRecord, shown: Sequence[int], event_reads: Sequence[int]) -> Behind:
+    """The least a content event's time (`shown`, the event's read in `event_reads`) is late by
+    the socket's word: where an ask found bytes unread (`WireRecord.ready`), the reads from it
+    whose bytes fit in them had come by that ask, so an event of such a read shown later than
+    the ask is at least that late (0 where none is).
 
-    A consumer that keeps up waits at its reads and this stays near 0; one that falls behind
-    (litellm's sync stream parsing a 2 ms-a-token stream at about the stream's pace, its reads
-    found 10-26 ms of events queued, each after an absence under a millisecond) reads events
-    that came long before, and the time since the last pinned arrival is the most each can be
-    late. An over-estimate where the stream is slow and the consumer found one event buffered
-    without a note (an absence under `wire.AWAY_NS`); an under-estimate where a note's count
-    missed events a layer above the socket held (h11's buffer): those came before the time it
-    pins."""
-    if not shown or record.t_headers_ns is None:
-        return None
-    on = _Reads(record)
-    pins = sorted(
-        [
-            (r, record.reads[r][1])
-            for r in range(len(record.reads))
-            if on.waited_for_data(r) >= WAIT_NS
-        ]
-        + [pin for pin in noted if 0 <= pin[0] < len(record.reads)]
-    )
-    content = sorted(set(event_reads))
-    asks = sorted(read for read, _ in record.ready)  # the asks the socket said held data
-
-    def between(values: list[int], after: int, upto: int) -> int:
-        return bisect.bisect_right(values, upto) - bisect.bisect_right(values, after)
-
-    lo, lo_read, at = record.t_headers_ns, -1, 0
-    worst: tuple[int, int, int] | None = None  # (late, from read, to read)
+    litellm's sync stream parses each event of a 2 ms-a-token stream in just under 1 ms and
+    falls 10-26 ms behind it, each absence too short for the detector (session 24). A lower
+    bound, so never a false alarm; an upper bound counted from the last arrival the reads
+    pinned flagged prompt consumers whose reads waited under `WAIT_NS` (48.7 ms said, 1.24
+    true; review, session 24). What it cannot see: an event read back by the kernel to when the
+    newest of several queued with it came (`_asked`) is shown that late, and nothing bounds it
+    from below."""
+    origin = _come_since(record)
+    worst: tuple[int, int, int] | None = None  # (late, the ask's read, the event's read)
     for t, read in zip(shown, event_reads, strict=True):
-        while at < len(pins) and pins[at][0] <= read:
-            if pins[at][1] >= lo:
-                lo, lo_read = pins[at][1], pins[at][0]
-            at += 1
-        # Only where the socket said at an ask since that it held data (`WireRecord.ready`,
-        # HTTP/1 in the clear): the consumer was behind, and the kernel pins a short queue's
-        # arrival (`noted`) where it can. Without its word (TLS, no FIONREAD) a chunk found
-        # buffered came somewhere in the consumer's absence; where the stream's pace is slower
-        # than the target, a moment's work (4-6 ms now and then on a busy box) finds the next
-        # chunks there while they are nearly punctual, and the detector's estimate from the
-        # stream's pace (`_held_back`) judges them instead (session 7).
-        if (worst is None or t - lo > worst[0]) and between(asks, lo_read, read):
-            worst = (t - lo, lo_read, read)
+        ask = origin[read] if 0 <= read < len(origin) else -1
+        if ask < 0:
+            continue
+        late = t - record.reads[ask][0]
+        if late > 0 and (worst is None or late > worst[0]):
+            worst = (late, ask, read)
     if worst is None:
         return Behind(0, 0, 0, 0, 0)
     late, first, last = worst
-    # Whose doing, over the span as a whole: a note's run-queue wait runs from the counter's
-    # last reading, taken only at a read that came over `WAIT_NS` after the one before, so it
-    # holds the waits of the short absences and reads since too; capped at its own absence, as
-    # the detector takes it, they were lost (a pass loop on a third of a CPU came out its own).
-    # The first note after the span holds its tail's.
-    away = sum(on.absence(index)[0] for index in range(first + 1, last + 1))
-    queued = _noted_over(record.queued, first, last)
-    paused = _noted_over(record.paused, first, last)
+    on = _Reads(record)
+    # Whose doing, over the span from the absence that ended at that ask to the read: a note's
+    # run-queue wait runs from the counter's last reading, taken only at a read that came over
+    # `WAIT_NS` after the one before, so it holds the waits of the short absences and reads
+    # since too; capped at its own absence, as the detector takes it, they were lost (a pass
+    # loop on a third of a CPU came out its own). The first note after the span holds its tail's.
+    away = sum(on.absence(index)[0] for index in range(first, last + 1))
+    queued = _noted_over(record.queued, first - 1, last)
+    paused = _noted_over(record.paused, first - 1, last)
     own = max(away - queued - paused, 0)
-    return Behind(late, own, paused, queued, between(content, first, last))
+    chunks = len({read for read in event_reads if first <= read <= last})
+    return Behind(late, own, paused, queued, chunks)
 
 
 def wake_delay(record: WireRecord, content_reads: Sequence[int]) -> int:
-    """The most a sync content read that waited for its data may have been stamped late for its
-    thread's wait for a CPU once the data came (ns): the run-queue wait noted at that read (from
-    the counter's last reading to its arrival, `WireRecord.queued`), no more than the read's own
-    span. A thread woken by its data on a busy machine is runnable, not running, until a CPU is
-    free: the openai and anthropic SDKs' prompt sync reads came 5-8 ms late beside a running
-    test suite, and an in-process simulator's beside two CPU hogs 6-12 ms, none flagged
-    (session 24). 0 where no such read was noted. A read found buffered is `behind`'s."""
+    """The least a sync content read that waited for its data was stamped late for its thread's
+    wait for a CPU (ns): the run-queue wait noted at that read (from the counter's last reading
+    to its arrival, `WireRecord.queued`) less the absence before the read (the part that can
+    have been before the ask), no more than the read's own span. A thread woken by its data on
+    a busy machine is runnable, not running, until a CPU is free: the openai and anthropic
+    SDKs' prompt sync reads came 5-8 ms late beside a running test suite, and an in-process
+    simulator's beside two CPU hogs 6-12 ms, none flagged (session 24). 0 where no such read
+    was noted. A read found buffered is `behind`'s."""
     queued = dict(record.queued)
     if not queued:
         return 0
@@ -286,7 +259,8 @@ def wake_delay(record: WireRecord, content_reads: Sequence[int]) -> int:
         if ns is None or on.waited(index) < WAIT_NS:
             continue
         asked, arrived, _ = record.reads[index]
-        worst = max(worst, min(ns, arrived - asked))
+        away = on.absence(index)[0]
+        worst = max(worst, min(ns - away, arrived - asked))
     return worst
 
 
@@ -301,23 +275,31 @@ def _noted_over(notes: list[tuple[int, int]], first: int, last: int) -> int:
     return total + (tail[1] if tail is not None else 0)
 
 
-def _come_before_asked(record: WireRecord) -> bytearray:
-    """1 for each read whose bytes had come before it was asked for, by the socket's word
-    (`WireRecord.ready`): from each read whose ask found bytes unread, it and the reads after
-    it whose bytes, each with `READY_SLACK_BYTES` for the wire's framing, fit in them."""
+def _come_since(record: WireRecord) -> list[int]:
+    """For each read, the first ask by whose socket's word its bytes had come (`WireRecord.ready`),
+    or -1: from each read whose ask found bytes unread, it and the reads after it whose bytes,
+    each with `READY_SLACK_BYTES` for the wire's framing, fit in them."""
     reads = record.reads
-    come = bytearray(len(reads))
+    origin = [-1] * len(reads)
     if not record.ready:
-        return come
+        return origin
     ends = [0, *itertools.accumulate(len(read[2]) + READY_SLACK_BYTES for read in reads)]
-    for index, unread in record.ready:
+    filled = -1  # the reads up to here have their first ask: each is set once
+    for index, unread in sorted(record.ready):
         if not 0 <= index < len(reads):
             continue
         # The last read whose bytes end within `unread` of where read `index`'s begin.
         last = bisect.bisect_right(ends, ends[index] + unread) - 2
-        if last >= index:
-            come[index : last + 1] = b"\x01" * (last + 1 - index)
-    return come
+        for j in range(max(index, filled + 1), last + 1):
+            origin[j] = index
+        filled = max(filled, last)
+    return origin
+
+
+def _come_before_asked(record: WireRecord) -> bytearray:
+    """1 for each read whose bytes had come before it was asked for, by the socket's word
+    (`_come_since`)."""
+    return bytearray(1 if ask >= 0 else 0 for ask in _come_since(record))
 
 
 def _held_back(
