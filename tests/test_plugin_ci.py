@@ -62,9 +62,10 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
 
     # The same model again: no regression. The tolerance allows for the machine itself slowing
     # down between the two runs (another job on a shared 2-core box), which is not a regression
-    # of the code under test.
+    # of the code under test: at 60 % a CI run's second run had its ttft p95 go 8.0 -> 13.3 ms
+    # (+67 %, two of 30 calls 5 ms later; session 24). The slowdown looked for is 3x.
     same = tester.runpytest(
-        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=60%"
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=100%"
     )
     same.assert_outcomes(passed=1)
     assert same.ret == pytest.ExitCode.OK
@@ -72,7 +73,7 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
 
     monkeypatch.setenv("DECODE_MS", "15")  # every stream about three times slower
     slower = tester.runpytest(
-        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=60%"
+        "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=100%"
     )
     slower.assert_outcomes(passed=1)  # the test itself still meets its own budget...
     assert slower.ret == pytest.ExitCode.TESTS_FAILED  # ...but the run fails on the regression
