@@ -32,7 +32,7 @@ from pytest_latency.metrics._fingerprint import (
     prompt_text,
     request_print,
 )
-from pytest_latency.metrics._pace import Pace, behind, consumer_pace, wake_delay
+from pytest_latency.metrics._pace import Pace, Reads, behind, consumer_pace, wake_delay
 from pytest_latency.metrics._scan import json_object as _json_object
 from pytest_latency.metrics._scan import scan_body, scan_error
 from pytest_latency.metrics.apis import REASONING, UNKNOWN
@@ -380,7 +380,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     reads_with_content = sorted({read for _, read, _ in content})
     # Read-ahead stamps arrivals in its own thread or task: the consumer's pace is not in them.
     paced_by_consumer = not (record.prefetched or record.read_ahead)
-    pace = consumer_pace(record, reads_with_content) if paced_by_consumer else Pace()
+    on = Reads(record) if paced_by_consumer else None  # one reading of them, for three judges
+    pace = consumer_pace(on, reads_with_content) if on is not None else Pace()
     consumer_bound = pace.bound(len(reads_with_content))
     # Held back as much, but by garbage collection: the process's collector, not the test body.
     consumer_paused = not consumer_bound and pace.bound(len(reads_with_content), paused=True)
@@ -408,8 +409,8 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
     # stream at about its pace and stays 10-26 ms behind, every absence under a millisecond).
     # The socket's word at an ask bounds it from below (`_pace.behind`); whose doing, the span
     # from that ask to the read says.
-    sync_paced = timed and content and paced_by_consumer and record.loop_lag is None
-    lag = behind(record, times, [read for _, read, _ in content]) if sync_paced else None
+    sync = on if timed and content and record.loop_lag is None else None
+    lag = behind(sync, times, [read for _, read, _ in content]) if sync is not None else None
     if (
         lag is not None
         and lag.late_ns > STAMP_TARGET_MS * 1e6
@@ -449,7 +450,7 @@ def _call_metrics(record: WireRecord) -> CallMetrics:
 
     # A sync read that waited for its data, stamped late because its thread, woken by the data,
     # waited for a CPU: a busy machine's doing (`_pace.wake_delay`).
-    woken = wake_delay(record, reads_with_content) if sync_paced else 0
+    woken = wake_delay(sync, reads_with_content) if sync is not None else 0
     flagged = consumer_bound or consumer_paused or consumer_starved
     if woken > STAMP_TARGET_MS * 1e6 and not flagged:
         consumer_starved = True

@@ -106,22 +106,25 @@ class Pace:
         ) or away > FIRST_CONTENT_AWAY_NS
 
 
-class _Reads:
-    """A call's reads as the consumer's pace reads them: how long each waited for its data, how
-    long the consumer was away before it, and whose doing that absence was."""
+class Reads:
+    """A call's reads as the consumer's pace reads them, built once a call and read by
+    `consumer_pace`, `behind` and `wake_delay`: how long each waited for its data, how long the
+    consumer was away before it, and whose doing that absence was."""
 
     def __init__(self, record: WireRecord) -> None:
+        self.record = record
         self.reads = record.reads
         self.headers = record.t_headers_ns or 0
         self.queued = dict(record.queued)
         self.cpu = dict(record.read_cpu)
         self.collected = dict(record.paused)
-        self.come = _come_before_asked(record)
+        # Each read's first ask by whose socket's word its bytes had come, or -1.
+        self.origin = _come_since(record)
 
     def waited(self, index: int) -> int:
         """How long read `index` waited for its data: its wall time less its own CPU time; none
-        where its bytes had come before it was asked for (`_come_before_asked`)."""
-        if self.come[index]:
+        where its bytes had come before it was asked for (`_come_since`)."""
+        if self.origin[index] >= 0:
             return 0
         asked, arrived, _ = self.reads[index]
         return arrived - asked - self.cpu.get(index, 0)
@@ -144,13 +147,13 @@ class _Reads:
         return self.waited(index) - self.queued.get(index, 0) - self.collected.get(index, 0)
 
 
-def consumer_pace(record: WireRecord, reads: list[int]) -> Pace:
+def consumer_pace(on: Reads, reads: list[int]) -> Pace:
     """What the consumer-bound detector finds in the call's reads, `reads` being those that
     brought content (in order)."""
     pace = Pace()
+    record = on.record
     if record.t_headers_ns is None:
         return pace
-    on = _Reads(record)
     waited, absence = on.waited, on.absence
     held_back = _held_back(record, reads, on.waited_for_data)
 
@@ -201,7 +204,7 @@ class Behind:
     chunks: int
 
 
-def behind(record: WireRecord, shown: Sequence[int], event_reads: Sequence[int]) -> Behind:
+def behind(on: Reads, shown: Sequence[int], event_reads: Sequence[int]) -> Behind:
     """The least a content event's time (`shown`, the event's read in `event_reads`) is late by
     the socket's word: where an ask found bytes unread (`WireRecord.ready`), the reads from it
     whose bytes fit in them had come by that ask, so an event of such a read shown later than
@@ -214,7 +217,7 @@ def behind(record: WireRecord, shown: Sequence[int], event_reads: Sequence[int])
     true; review, session 24). What it cannot see: an event read back by the kernel to when the
     newest of several queued with it came (`_asked`) is shown that late, and nothing bounds it
     from below."""
-    origin = _come_since(record)
+    record, origin = on.record, on.origin
     worst: tuple[int, int, int] | None = None  # (late, the ask's read, the event's read)
     for t, read in zip(shown, event_reads, strict=True):
         ask = origin[read] if 0 <= read < len(origin) else -1
@@ -226,7 +229,6 @@ def behind(record: WireRecord, shown: Sequence[int], event_reads: Sequence[int])
     if worst is None:
         return Behind(0, 0, 0, 0, 0)
     late, first, last = worst
-    on = _Reads(record)
     # Whose doing, over the span from the absence that ended at that ask to the read: a note's
     # run-queue wait runs from the counter's last reading, taken only at a read that came over
     # `WAIT_NS` after the one before, so it holds the waits of the short absences and reads
@@ -240,7 +242,7 @@ def behind(record: WireRecord, shown: Sequence[int], event_reads: Sequence[int])
     return Behind(late, own, paused, queued, chunks)
 
 
-def wake_delay(record: WireRecord, content_reads: Sequence[int]) -> int:
+def wake_delay(on: Reads, content_reads: Sequence[int]) -> int:
     """The least a sync content read that waited for its data was stamped late for its thread's
     wait for a CPU (ns): the run-queue wait noted at that read (from the counter's last reading
     to its arrival, `WireRecord.queued`) less the absence before the read (the part that can
@@ -249,16 +251,12 @@ def wake_delay(record: WireRecord, content_reads: Sequence[int]) -> int:
     SDKs' prompt sync reads came 5-8 ms late beside a running test suite, and an in-process
     simulator's beside two CPU hogs 6-12 ms, none flagged (session 24). 0 where no such read
     was noted. A read found buffered is `behind`'s."""
-    queued = dict(record.queued)
-    if not queued:
-        return 0
-    on = _Reads(record)
     worst = 0
     for index in set(content_reads):
-        ns = queued.get(index)
+        ns = on.queued.get(index)
         if ns is None or on.waited(index) < WAIT_NS:
             continue
-        asked, arrived, _ = record.reads[index]
+        asked, arrived, _ = on.reads[index]
         away = on.absence(index)[0]
         worst = max(worst, min(ns - away, arrived - asked))
     return worst
@@ -294,12 +292,6 @@ def _come_since(record: WireRecord) -> list[int]:
             origin[j] = index
         filled = max(filled, last)
     return origin
-
-
-def _come_before_asked(record: WireRecord) -> bytearray:
-    """1 for each read whose bytes had come before it was asked for, by the socket's word
-    (`_come_since`)."""
-    return bytearray(1 if ask >= 0 else 0 for ask in _come_since(record))
 
 
 def _held_back(
