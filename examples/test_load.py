@@ -56,11 +56,18 @@ def tail(llm_sim, async_anthropic_client):
     return llm_sim
 
 
-async def ask(client, model: str, question: str) -> str:
+# The fan-out's answers are long enough (~150 ms each here) that all twelve requests are out
+# before the first four are answered, even from a client starved of CPU: at 16 tokens (~75 ms), a
+# run beside a test suite and two busy loops issued them so slowly that never more than the 8 the
+# provider holds were in flight, and nothing was turned away.
+FAN_OUT_TOKENS = 64
+
+
+async def ask(client, model: str, question: str, max_tokens: int = 16) -> str:
     stream = await client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": question}],
-        max_tokens=16,
+        max_tokens=max_tokens,
         stream=True,
         stream_options={"include_usage": True},  # the usage prices the call
     )
@@ -73,7 +80,9 @@ async def ask(client, model: str, question: str) -> str:
 # fan-out's below: the SDK retried, and the slowest calls' first token took over 50 ms.
 @pytest.mark.latency("retries > 0", "ttft.p95 > 50ms", samples=3, max_samples=3)
 async def test_unbounded_fan_out(limited, async_openai_client, openai_model):
-    answers = await asyncio.gather(*(ask(async_openai_client, openai_model, q) for q in QUESTIONS))
+    answers = await asyncio.gather(
+        *(ask(async_openai_client, openai_model, q, FAN_OUT_TOKENS) for q in QUESTIONS)
+    )
     assert all(answers)
 
 
@@ -88,7 +97,7 @@ async def test_bounded_fan_out(limited, async_openai_client, openai_model):
 
     async def bounded(question: str) -> str:
         async with bound:
-            return await ask(async_openai_client, openai_model, question)
+            return await ask(async_openai_client, openai_model, question, FAN_OUT_TOKENS)
 
     answers = await asyncio.gather(*(bounded(q) for q in QUESTIONS))
     assert all(answers)
