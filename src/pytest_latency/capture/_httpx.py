@@ -170,6 +170,27 @@ def _socket_of(
     )
 
 
+def _held_of(response: SyncResponse) -> Callable[[], bytes] | None:
+    """What reads the bytes httpcore's HTTP/1.1 connection has taken off the socket and not yet
+    handed on (its h11 connection's `trailing_data`), where the response came through httpcore's
+    pool (the stream's private chain, the same in httpcore and httpcore2; None for any other
+    make: then the socket's bytes alone are counted)."""
+    stream: object = response.stream
+    for name in ("_httpcore_stream", "_stream", "_connection", "_h11_state"):
+        stream = getattr(stream, name, None)
+        if stream is None:
+            return None
+    if not isinstance(getattr(type(stream), "trailing_data", None), property):
+        return None
+    h11_connection = stream
+
+    def held() -> bytes:
+        data, _ = h11_connection.trailing_data  # type: ignore[attr-defined]  # h11's property
+        return bytes(data)
+
+    return held
+
+
 # ---- the stream mixins: `_stream`'s bodies, closing the library's stream -------------------------
 
 
@@ -273,7 +294,7 @@ class LatencyTransport(_Wrapper[SyncTransport]):
                 # record can be read until all of it is there), nor, to keep to one rule, a
                 # coded body's.
                 if framing.in_the_clear:
-                    timed.watch_socket(sock, framing)
+                    timed.watch_socket(sock, framing, _held_of(response))
                 response.stream = timed
         return response
 

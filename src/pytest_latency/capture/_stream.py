@@ -96,8 +96,9 @@ PEEK_AFTER_NS = 500_000
 # a consumer away for a moment finds queued, which the kernel's stamp times. A longer queue is a
 # consumer far behind, already flagged by its reads; counting the events in 64 KiB of it in
 # Python took up to 650 us an ask, charged to the stamp of the read asked for (review, session
-# 23).
-ASK_PEEK_BYTES = 4_096
+# 23). 8 KiB since the bytes a layer above the socket holds count with its queue (h11's: a
+# consumer 1.8 ms a chunk behind a 1.5 ms stream held ~7 KiB between the two; session 25).
+ASK_PEEK_BYTES = 8_192
 # A sync read that waited for its data after a short absence keeps its thread's run-queue wait
 # only from here on (`note_queued`): what `metrics._pace.wake_delay` flags is over 5 ms, and a
 # prompt consumer, which waits at nearly every read, noted 57 waits for 63 reads, 43 of them 0,
@@ -347,6 +348,22 @@ def unread_bytes(fd: int) -> int:
     return int.from_bytes(answer, sys.byteorder)
 
 
+def _held_bytes(held: Callable[[], bytes] | None, framing: Framing) -> bytes:
+    """The bytes a layer above the socket holds unread (`TimedBody.watch_socket`'s `held`),
+    from where the body's next read starts: b"" for none, or where it cannot say. In chunked
+    framing h11 discards the line end that closes a chunk only as it reads the next, so what it
+    holds may begin with that line end's remains, which are no chunk's."""
+    if held is None:
+        return b""
+    try:
+        data = held()
+    except Exception:  # the layer changed under us: say nothing rather than something wrong
+        return b""
+    if framing is Framing.CHUNKED:
+        data = data.removeprefix(b"\r\n") if data.startswith(b"\r\n") else data.removeprefix(b"\n")
+    return data
+
+
 def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
     """The body's run-queue reader, for the thread that iterates it (it was opened with the
     headers, normally in the same thread; a body handed to another thread reopens, and the
@@ -396,16 +413,27 @@ class TimedBody:
         self._stamped: socket.socket | None = None
         self._framing = Framing.OPAQUE
         self._buffer: bytearray | None = None
+        self._held: Callable[[], bytes] | None = None
 
-    def watch_socket(self, sock: object, framing: Framing) -> None:
+    def watch_socket(
+        self, sock: object, framing: Framing, held: Callable[[], bytes] | None = None
+    ) -> None:
         """Ask `sock` (the socket the body is read from, where the binding knows it and its
         bytes are this body's alone and as the server wrote them: HTTP/1 in the clear, carried
         in `framing`) how many bytes it holds unread at each ask after an absence
         (`WireRecord.ready`) and, where the kernel stamps arrivals, when the newest of them
         came and what whole events they hold (`WireRecord.asked_arrivals`). Not where the
-        platform cannot ask (no FIONREAD), nor of a socket without a descriptor."""
+        platform cannot ask (no FIONREAD), nor of a socket without a descriptor.
+
+        `held`, where the binding can say, returns the bytes a layer above the socket has taken
+        off it and not yet handed on (h11's receive buffer): they are read before the socket's
+        and came before any of them, so they count with the socket's at each ask. Without
+        them, a consumer behind a chunked stream whose reads took several chunks off the socket
+        at once had the kernel's count set against the buffer's events, and the socket's were
+        left to their late stamps: litellm's, 5-10 ms late on a 2 ms-a-token stream (session 25)."""
         if not CAN_ASK_UNREAD:
             return
+        self._held = held
         try:
             fd = sock.fileno()  # type: ignore[attr-defined]  # a socket of any make, or none
         except Exception:
@@ -418,32 +446,36 @@ class TimedBody:
             self._stamped, self._framing = sock, framing
 
     def _ask(self) -> tuple[int, tuple[int, int, bool] | None]:
-        """What the socket holds unread as the consumer asks after an absence: its bytes (0
-        for none, or where it cannot say), and where the kernel stamped them and the peek
-        copied the whole queue, the newest's arrival as a `perf_counter_ns` reading, the
-        events whole in them and whether they end at one's end (`_queued.whole_events`)."""
+        """What no one has read as the consumer asks after an absence: its bytes, held above
+        the socket (`watch_socket`'s `held`) and in it (0 for none, or where it cannot say), and
+        where the kernel stamped the socket's and the peek copied the whole queue, the newest's
+        arrival as a `perf_counter_ns` reading, the events whole in the held bytes and the
+        queue together and whether they end at one's end (`_queued.whole_events`)."""
         unread = unread_bytes(self._socket)
+        held = _held_bytes(self._held, self._framing)
         sock = self._stamped
         # Only a socket that holds data is peeked: Python waits for one with a timeout (the
         # HTTP libraries' sync sockets) to be readable before it calls, MSG_DONTWAIT or not.
         # Nor one that holds the buffer's worth or more: a peek that fills it says nothing.
-        if sock is None or not 0 < unread < ASK_PEEK_BYTES:
-            return unread, None
+        if sock is None or not 0 < unread < ASK_PEEK_BYTES - len(held):
+            return unread + len(held), None
         clocks = _clock_pair()
         if clocks is None:
-            return unread, None
+            return unread + len(held), None
         buffer = self._buffer
         if buffer is None:
             self._buffer = buffer = bytearray(ASK_PEEK_BYTES)
+        # The held bytes first, then the socket's after them: the stream as it will be read.
+        buffer[: len(held)] = held
         try:
-            size, stamp = _peek_stamp(sock, buffer)
+            size, stamp = _peek_stamp(sock, buffer, len(held))
         except OSError:  # closed since
-            return unread, None
+            return unread + len(held), None
         if stamp is None:
-            return unread, None
+            return unread + len(held), None
         now, wall = clocks
-        whole, ends = whole_events(buffer, size, self._framing)
-        return unread, (now - (wall - stamp), whole, ends)
+        whole, ends = whole_events(buffer, len(held) + size, self._framing)
+        return unread + len(held), (now - (wall - stamp), whole, ends)
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
@@ -893,12 +925,13 @@ def _clock_pair() -> tuple[int, int] | None:
     return now, (before + after) // 2
 
 
-def _peek_stamp(sock: socket.socket, buffer: bytearray) -> tuple[int, int | None]:
-    """Copy `sock`'s queue into `buffer` without taking it: how many bytes it copied, and the
-    kernel's wall-clock stamp (ns) of the newest of them where the socket stamps arrivals
-    (SO_TIMESTAMPNS), else None. Raises OSError where the socket holds nothing (it does not
-    wait) or is closed."""
-    size, ancillary, _, _ = sock.recvmsg_into([buffer], _STAMP_SPACE, _PEEK_FLAGS)
+def _peek_stamp(sock: socket.socket, buffer: bytearray, at: int = 0) -> tuple[int, int | None]:
+    """Copy `sock`'s queue into `buffer` from `at` on without taking it: how many bytes it
+    copied, and the kernel's wall-clock stamp (ns) of the newest of them where the socket
+    stamps arrivals (SO_TIMESTAMPNS), else None. Raises OSError where the socket holds nothing
+    (it does not wait) or is closed."""
+    into = memoryview(buffer)[at:] if at else buffer
+    size, ancillary, _, _ = sock.recvmsg_into([into], _STAMP_SPACE, _PEEK_FLAGS)
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(data) >= 16:
             seconds, nanoseconds = struct.unpack_from("qq", data)
