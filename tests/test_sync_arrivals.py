@@ -29,6 +29,8 @@ from remote_sim import (
 )
 
 from pytest_latency import capture
+from pytest_latency.capture import _httpx, _stream
+from pytest_latency.capture._queued import Framing
 from pytest_latency.metrics import call_metrics
 from pytest_latency.wire import WireRecord
 
@@ -151,3 +153,28 @@ def test_a_consumer_behind_a_chunked_stream_counts_the_events_h11_holds_with_the
     # where a busy machine oversleeps, loosely bounded.
     assert statistics.median(late) < 1.0, late
     assert max(late) < 15.0, late
+
+
+class _Raising:
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError(name)
+
+
+def test_the_bytes_above_the_socket_are_read_only_through_httpcores_chain() -> None:
+    """A response of another make (a mock transport, a stream whose attributes raise) has no
+    held bytes to read, and capture counts the socket's alone, as before; in chunked framing
+    the leftover line end of the chunk before is no chunk's and is left out."""
+    mocked = httpx2.Client(transport=httpx2.MockTransport(lambda _: httpx2.Response(200)))
+    with mocked, mocked.stream("GET", "http://x/") as response:
+        assert _httpx._held_of(response) is None  # type: ignore[arg-type]
+    odd = httpx2.Response(200, stream=_Raising())  # type: ignore[arg-type]
+    assert _httpx._held_of(odd) is None  # type: ignore[arg-type]
+    event = b"1a\r\ndata: {}\n\n\r\n"
+    assert _stream._held_bytes(lambda: b"\r\n" + event, Framing.CHUNKED) == event
+    assert _stream._held_bytes(lambda: b"\r\n" + event, Framing.RAW) == b"\r\n" + event
+
+    def fails() -> bytes:
+        raise RuntimeError("h11 changed")
+
+    assert _stream._held_bytes(fails, Framing.CHUNKED) == b""
+    assert _stream._held_bytes(None, Framing.CHUNKED) == b""

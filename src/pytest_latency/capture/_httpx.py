@@ -176,10 +176,13 @@ def _held_of(response: SyncResponse) -> Callable[[], bytes] | None:
     pool (the stream's private chain, the same in httpcore and httpcore2; None for any other
     make: then the socket's bytes alone are counted)."""
     stream: object = response.stream
-    for name in ("_httpcore_stream", "_stream", "_connection", "_h11_state"):
-        stream = getattr(stream, name, None)
-        if stream is None:
-            return None
+    try:  # another make's attributes may raise anything
+        for name in ("_httpcore_stream", "_stream", "_connection", "_h11_state"):
+            stream = getattr(stream, name, None)
+            if stream is None:
+                return None
+    except Exception:
+        return None
     if not isinstance(getattr(type(stream), "trailing_data", None), property):
         return None
     h11_connection = stream

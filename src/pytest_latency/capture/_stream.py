@@ -97,7 +97,8 @@ PEEK_AFTER_NS = 500_000
 # consumer far behind, already flagged by its reads; counting the events in 64 KiB of it in
 # Python took up to 650 us an ask, charged to the stamp of the read asked for (review, session
 # 23). 8 KiB since the bytes a layer above the socket holds count with its queue (h11's: a
-# consumer 1.8 ms a chunk behind a 1.5 ms stream held ~7 KiB between the two; session 25).
+# consumer 1.8 ms a chunk behind a 1.5 ms stream held ~7 KiB between the two; session 25), at
+# ~200 us an ask over 8 KiB of one-event chunks against ~90 at 4 (review, session 25).
 ASK_PEEK_BYTES = 8_192
 # A sync read that waited for its data after a short absence keeps its thread's run-queue wait
 # only from here on (`note_queued`): what `metrics._pace.wake_delay` flags is over 5 ms, and a
@@ -352,16 +353,15 @@ def _held_bytes(held: Callable[[], bytes] | None, framing: Framing) -> bytes:
     """The bytes a layer above the socket holds unread (`TimedBody.watch_socket`'s `held`),
     from where the body's next read starts: b"" for none, or where it cannot say. In chunked
     framing h11 discards the line end that closes a chunk only as it reads the next, so what it
-    holds may begin with that line end's remains, which are no chunk's."""
+    holds may begin with it, which is no chunk's (h11 >= 0.16 holds it whole or not at all: a
+    lone LF there is an error it raises)."""
     if held is None:
         return b""
     try:
         data = held()
     except Exception:  # the layer changed under us: say nothing rather than something wrong
         return b""
-    if framing is Framing.CHUNKED:
-        data = data.removeprefix(b"\r\n") if data.startswith(b"\r\n") else data.removeprefix(b"\n")
-    return data
+    return data.removeprefix(b"\r\n") if framing is Framing.CHUNKED else data
 
 
 def _queue_reader(body: TimedBody | AsyncTimedBody) -> RunQueueWait:
@@ -441,9 +441,12 @@ class TimedBody:
         if not isinstance(fd, int) or fd < 0:
             return
         self._socket = fd
+        # Set whether or not the kernel stamps: the held bytes are read by it too (a review
+        # found a chunk's leftover line end counted in `ready` where the stamps were refused).
+        self._framing = framing
         # Arrivals from now on are stamped: the body's, which come after its head.
         if isinstance(sock, socket.socket) and _stamp_arrivals(sock):
-            self._stamped, self._framing = sock, framing
+            self._stamped = sock
 
     def _ask(self) -> tuple[int, tuple[int, int, bool] | None]:
         """What no one has read as the consumer asks after an absence: its bytes, held above
