@@ -11,7 +11,6 @@ process, whose truth log is the oracle.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -118,10 +117,11 @@ def test_a_consumer_behind_a_chunked_stream_counts_the_events_h11_holds_with_the
     fast_sim: str,
 ) -> None:
     """Each content event is timed by the first ask that found it come, h11's buffer and the
-    socket's queue counted together: most exactly when it came, none before. Counted from the
-    socket's queue alone, the kernel's word went to h11's events, which had come long before,
-    and the socket's kept their stamps: half the events were shown 1.5 ms late or more, the
-    worst 9 ms (13 beside two busy loops; with h11's: 0.14 and 6.2; session 25)."""
+    socket's queue counted together: never before it came, and no later than that ask.
+    Counted from the socket's queue alone, the kernel's word went to h11's events, which had
+    come long before, and the socket's kept their stamps: half the events were shown 1.5 ms
+    late or more, the worst 9 ms (13 beside two busy loops; with h11's: median 0, worst 1.5-3
+    quiet; session 25)."""
     records: list[WireRecord] = []
     http = httpx2.Client()
     client = capture.instrument(
@@ -145,14 +145,21 @@ def test_a_consumer_behind_a_chunked_stream_counts_the_events_h11_holds_with_the
     # The consumer fell behind: the last event's read came long after it did.
     assert (record.reads[-2][1] - events[-1].sent_span_ns[1]) / 1e6 > 20
     pairs = list(zip(shown, events, strict=True))
-    late = [round((t - event.sent_span_ns[1]) / 1e6, 2) for t, event in pairs]
     early = [round((event.sent_span_ns[0] - t) / 1e6, 2) for t, event in pairs]
     # Never before the event came (1 ms for the kernel's stamp: test_a_first_content_...).
     assert max(early) < 1.0, early
-    # Timed when they came: the median well under a token's gap. The worst is an ask's spacing
-    # where a busy machine oversleeps, loosely bounded.
-    assert statistics.median(late) < 1.0, late
-    assert max(late) < 15.0, late
+    # No later than the first ask after it came that heard from the kernel: the event was in
+    # h11's buffer or the socket's queue then, and counted (a read before that ask is stamped
+    # before it anyway). 1 ms after the write's end for the loopback's delivery. A busy
+    # machine spaces the asks further apart, and the times with them, but not this.
+    asks = sorted(record.reads[note.read][0] for note in record.asked_arrivals if note.events > 0)
+    assert len(asks) > BEHIND_TOKENS // 4, asks
+    missed = []
+    for i, (t, event) in enumerate(pairs):
+        after = [ask for ask in asks if ask > event.sent_span_ns[1] + 1_000_000]
+        if after and t > after[0] + 50_000:
+            missed.append((i, round((t - after[0]) / 1e6, 2)))
+    assert not missed, missed
 
 
 class _Raising:
