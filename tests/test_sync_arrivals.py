@@ -11,6 +11,7 @@ process, whose truth log is the oracle.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
@@ -48,16 +49,23 @@ def sim() -> Iterator[str]:
         yield base
 
 
-@pytest.fixture
-def openai_sdk(sim: str) -> Iterator[tuple[OpenAI, list[WireRecord]]]:
-    """The real openai SDK on httpx2 against the simulator, instrumented, and what it records."""
+@contextlib.contextmanager
+def _openai_on(base: str) -> Iterator[tuple[OpenAI, list[WireRecord]]]:
+    """The real openai SDK on httpx2 against the simulator at `base`, instrumented, and what it
+    records."""
     records: list[WireRecord] = []
     http = httpx2.Client()
     client = capture.instrument(
-        OpenAI(base_url=f"{sim}/v1", api_key="k", http_client=http), sink=records.append
+        OpenAI(base_url=f"{base}/v1", api_key="k", http_client=http), sink=records.append
     )
     with http:
         yield client, records
+
+
+@pytest.fixture
+def openai_sdk(sim: str) -> Iterator[tuple[OpenAI, list[WireRecord]]]:
+    with _openai_on(sim) as sdk:
+        yield sdk
 
 
 @pytest.mark.parametrize(("away_s", "queued"), [(0.080, 1), (0.130, 2)])
@@ -122,12 +130,7 @@ def test_a_consumer_behind_a_chunked_stream_counts_the_events_h11_holds_with_the
     come long before, and the socket's kept their stamps: half the events were shown 1.5 ms
     late or more, the worst 9 ms (13 beside two busy loops; with h11's: median 0, worst 1.5-3
     quiet; session 25)."""
-    records: list[WireRecord] = []
-    http = httpx2.Client()
-    client = capture.instrument(
-        OpenAI(base_url=f"{fast_sim}/v1", api_key="k", http_client=http), sink=records.append
-    )
-    with http:
+    with _openai_on(fast_sim) as (client, records):
         for _ in client.chat.completions.create(  # a warm connection, models built
             model="m", messages=[{"role": "user", "content": "q"}], stream=True
         ):

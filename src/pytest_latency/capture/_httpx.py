@@ -185,7 +185,7 @@ def _held_of(response: SyncResponse) -> Callable[[], bytes] | None:
         return None
     if not isinstance(getattr(type(stream), "trailing_data", None), property):
         return None
-    h11_connection = stream
+    h11_connection = stream  # bound for the closure: the loop above rebinds `stream`
 
     def held() -> bytes:
         data, _ = h11_connection.trailing_data  # type: ignore[attr-defined]  # h11's property

@@ -456,15 +456,16 @@ class TimedBody:
         queue together and whether they end at one's end (`_queued.whole_events`)."""
         unread = unread_bytes(self._socket)
         held = _held_bytes(self._held, self._framing)
+        pending = unread + len(held)
         sock = self._stamped
         # Only a socket that holds data is peeked: Python waits for one with a timeout (the
         # HTTP libraries' sync sockets) to be readable before it calls, MSG_DONTWAIT or not.
         # Nor one that holds the buffer's worth or more: a peek that fills it says nothing.
-        if sock is None or not 0 < unread < ASK_PEEK_BYTES - len(held):
-            return unread + len(held), None
+        if sock is None or unread <= 0 or pending >= ASK_PEEK_BYTES:
+            return pending, None
         clocks = _clock_pair()
         if clocks is None:
-            return unread + len(held), None
+            return pending, None
         buffer = self._buffer
         if buffer is None:
             self._buffer = buffer = bytearray(ASK_PEEK_BYTES)
@@ -473,12 +474,12 @@ class TimedBody:
         try:
             size, stamp = _peek_stamp(sock, buffer, len(held))
         except OSError:  # closed since
-            return unread + len(held), None
+            return pending, None
         if stamp is None:
-            return unread + len(held), None
+            return pending, None
         now, wall = clocks
         whole, ends = whole_events(buffer, len(held) + size, self._framing)
-        return unread + len(held), (now - (wall - stamp), whole, ends)
+        return pending, (now - (wall - stamp), whole, ends)
 
     def __iter__(self) -> Iterator[bytes]:
         record, clock = self._record, self._clock
