@@ -683,17 +683,28 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     """Issue #17's first check, through the marker: at concurrency 1, 4 and 16 against a provider
     of 4 slots, the ttft p95 of each level rises as `sim.expected_under_load` predicts for as
     many closed-loop clients (the decode's slowdown at 4, the line's wait at 16): not below the
-    prediction by more than 15 % + 1 ms (its clients keep a shorter line), and above it by no
-    more than the simulator's own log shows it was late plus 25 % + 15 ms of delivery (a
-    simulator starved of CPU beside two hogs sent its first tokens late: p95 59 ms at 4 against
-    23 predicted; its log is the truth the plugin is held to, the model only where nothing
-    starved). A level whose calls the plugin flagged `cpu_starved` (over a tenth) is held to the
-    rise alone: its stamps carry the machine's delays, and the flag says so. The simulator runs
-    in its own process."""
+    prediction by more than 15 % + 1 ms, and above it by no more than the simulator's own log
+    shows it was late plus 25 % + 15 ms of delivery (a simulator starved of CPU beside two hogs
+    sent its first tokens late: p95 59 ms at 4 against 23 predicted; its log is the truth the
+    plugin is held to, the model only where nothing starved). A level whose calls the plugin
+    flagged (over a tenth: cpu_starved, client_saturated, gc_paused) is held to the rise alone:
+    its client did not keep the loop closed, and the report says so. The simulator runs in its
+    own process."""
+    from dataclasses import replace
+
     from remote_sim import FOUR_SLOTS, flags_of, remote_simulator, truth_log
 
     from pytest_latency.sim import expected_under_load
 
+    # FOUR_SLOTS at 6 ms a token, not 3. A closed loop holds its 16 requests at the server only
+    # while the client keeps up, and the async openai SDK costs ~8 ms of CPU a streamed call here
+    # (0.47-0.59 s for the level's 64 calls). At 3 ms a token the server answers 91 calls a
+    # second, 73 % of the client's core: the client sometimes fell behind for good, its calls
+    # waiting in its own event loop instead of the server's line (the simulator's ttft p95 50-58
+    # ms against 155, the plugin's 77-109, 43-48 of 48 calls flagged client_saturated; 3 runs in
+    # 6, quiet and alone; session 26). At 6 ms, 46 calls a second: 298-300 ms against 302 in 6
+    # runs of 6, and 293-296 in 2 of 3 beside two busy loops (the third flagged 46 of 48).
+    provider = replace(FOUR_SLOTS, decode_ms_per_token=6.0)
     monkeypatch.setenv("OPENAI_API_KEY", "sim-key")
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(
@@ -710,11 +721,11 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
                 pass
         """
     )
-    with remote_simulator(*flags_of(FOUR_SLOTS)) as base_url:
+    with remote_simulator(*flags_of(provider)) as base_url:
         # A process of its own: inside the whole suite's process (after ~1,500 other tests and
         # their inner runs) the level of 16 measured ttft p50 72 ms, p95 101 ms against 155,
-        # no call flagged, as if its samples ran in waves; alone, and in this module, 150-164.
-        # The cause in that process is not found yet (session 9's note).
+        # no call flagged, as if its samples ran in waves (session 9); the client's own cost,
+        # above, is the likelier cause.
         result = pytester.runpytest_subprocess(
             f"--latency-openai-base-url={base_url}/v1",
             "-p",
@@ -733,26 +744,21 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     for index, level in enumerate((1, 4, 16)):
         entry = tests[f"test_inner.py::test_users[concurrency={level}]"]
         block = entry["metrics"]["ttft"]
-        predicted = expected_under_load(FOUR_SLOTS, level, prompt_tokens=7).ttft_ms
+        predicted = expected_under_load(provider, level, prompt_tokens=7).ttft_ms
         p95 = block["p95"] / 1000
         served = truths[index * 64 + 16 : (index + 1) * 64]
         sent = sorted((t.ttft_ns or 0) / 1e6 for t in served)
         sent_p95 = sent[math.ceil(0.95 * len(sent)) - 1]
-        starved = entry["flags"]["cpu_starved"]
-        figures.append((level, predicted, p95, sent_p95, block["count"], starved))
+        flagged = entry["flagged_count"]
+        figures.append((level, predicted, p95, sent_p95, block["count"], flagged))
         assert block["count"] == 48, figures
         # A client starved of CPU sends its next requests late and keeps a shorter line than a
         # closed loop's (beside two CPU hogs, 31 of 48 calls flagged at 16: p95 100 ms against
         # 155), and stamps its own calls late (30 of 48 flagged at 4: p95 63 ms against the
-        # simulator's 30, session 18): the plugin says so, and the level is held to the rise
-        # alone.
-        # Below, the same holds of the simulator's own log: in session 25 its closed loop at 16
-        # kept a shorter line than the model's now and then, quiet and alone, on the code of
-        # sessions 24 and 25 alike (the simulator's ttft p95 51-116 ms against 155, the plugin's
-        # 79-114, no call flagged; 3 runs in 6), the cause not found. The plugin is held to what
-        # the simulator did; the rise below still asks for the line's wait.
-        if starved <= block["count"] // 10:
+        # simulator's 30, session 18); so does one busy with its own work (above): the plugin
+        # says so, and the level is held to the rise alone.
+        if flagged <= block["count"] // 10:
             assert p95 <= max(predicted, sent_p95) * 1.25 + 15, figures
-            assert min(predicted, sent_p95) * 0.85 - 1 <= p95, figures
+            assert predicted * 0.85 - 1 <= p95, figures
     assert figures[0][2] < figures[1][2] < figures[2][2], figures
     assert figures[2][2] > 2 * figures[1][2], figures  # the line's wait, not the slowdown alone
