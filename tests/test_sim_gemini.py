@@ -518,7 +518,9 @@ def test_meets(gemini_client, latency):
     call = latency.calls[-1].final
     assert (call.api, call.model, call.channels) == (
         "gemini.generate_content", "gemini-2.5-flash", ("reasoning", "text"))
-    assert call.ttft < call.ttfo and call.reasoning_tokens == 6
+    # Thoughts come first, so ttft (any channel) is not after ttfo (the answer); equal where
+    # both were found queued at one ask and read back to its newest arrival (a full run).
+    assert call.ttft <= call.ttfo and call.reasoning_tokens == 6
 
 
 @pytest.mark.latency("ttft.p50 < 1us", samples=2)
