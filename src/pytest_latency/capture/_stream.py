@@ -97,8 +97,9 @@ PEEK_AFTER_NS = 500_000
 # consumer far behind, already flagged by its reads; counting the events in 64 KiB of it in
 # Python took up to 650 us an ask, charged to the stamp of the read asked for (review, session
 # 23). 8 KiB since the bytes a layer above the socket holds count with its queue (h11's: a
-# consumer 1.8 ms a chunk behind a 1.5 ms stream held ~7 KiB between the two; session 25), at
-# ~200 us an ask over 8 KiB of one-event chunks against ~90 at 4 (review, session 25).
+# consumer 1.8 ms a chunk behind a 1.5 ms stream held 5.7-8 KiB between the two; session 25).
+# The count's cost, at its worst (75 events of 108 B, a chunk each): 283-305 us an ask over
+# 8 KiB against 144-151 at 4, quiet on the development box (`_queued.whole_events`; session 26).
 ASK_PEEK_BYTES = 8_192
 # A sync read that waited for its data after a short absence keeps its thread's run-queue wait
 # only from here on (`note_queued`): what `metrics._pace.wake_delay` flags is over 5 ms, and a
