@@ -760,5 +760,11 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
         if flagged <= block["count"] // 10:
             assert p95 <= max(predicted, sent_p95) * 1.25 + 15, figures
             assert predicted * 0.85 - 1 <= p95, figures
+            # Every sample met the line: the warmups and samples are one closed loop, so none
+            # started into a line still forming. As two batches the server drained between
+            # them: the level of 4's smallest was 32 ms against 44 (its first samples' decode
+            # not yet slowed by the others), and the level of 16's first samples waited 0-2
+            # services where the rest waited 3.
+            assert predicted * 0.85 - 1 <= block["min"] / 1000, figures
     assert figures[0][2] < figures[1][2] < figures[2][2], figures
     assert figures[2][2] > 2 * figures[1][2], figures  # the line's wait, not the slowdown alone

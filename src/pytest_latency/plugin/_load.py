@@ -33,38 +33,39 @@ AsyncBody = Callable[..., Coroutine[Any, Any, object]]
 
 
 class Batch:
-    """One batch of samples to run: how many, whether warmup, and their intended starts (ns
-    offsets from the batch's start; None for a closed loop), with at most `slots` in flight
-    (None: no cap)."""
+    """One batch of samples to run: how many, how many of the first are warmup, and their
+    intended starts (ns offsets from the batch's start; None for a closed loop), with at most
+    `slots` in flight (None: no cap)."""
 
-    __slots__ = ("count", "offsets_ns", "recording", "slots", "warmup")
+    __slots__ = ("count", "offsets_ns", "recording", "slots", "warmups")
 
     def __init__(
         self,
         recording: Recording,
         count: int,
         *,
-        warmup: bool,
+        warmups: int,
         slots: int | None,
         offsets_ns: list[int] | None,
     ) -> None:
         self.recording = recording
         self.count = count
-        self.warmup = warmup
+        self.warmups = warmups
         self.slots = slots
         self.offsets_ns = offsets_ns
 
 
 def batch_of(
-    recording: Recording, load: Load, schedule: Schedule | None, count: int, *, warmup: bool
+    recording: Recording, load: Load, schedule: Schedule | None, count: int, *, warmups: int
 ) -> Batch:
-    """The next batch of `count` samples under `load`. Warmup samples run closed loop at the
-    load's cap (one at a time when it has none): they warm the client and its connections, not
-    the schedule (docs/load.md, "Warmup")."""
-    if warmup or schedule is None:
-        return Batch(recording, count, warmup=warmup, slots=load.slots or 1, offsets_ns=None)
+    """The next batch of `count` samples under `load`, the first `warmups` of them warmup.
+    Warmup samples run closed loop at the load's cap (one at a time when it has none): they
+    warm the client and its connections, not the schedule (docs/load.md, "Warmup"); under a
+    schedule they are a batch of their own."""
+    if warmups or schedule is None:
+        return Batch(recording, count, warmups=warmups, slots=load.slots or 1, offsets_ns=None)
     offsets = [round(s * 1e9) for s in schedule.next_offsets(count)]
-    return Batch(recording, count, warmup=False, slots=load.slots, offsets_ns=offsets)
+    return Batch(recording, count, warmups=0, slots=load.slots, offsets_ns=offsets)
 
 
 class _Failure:
@@ -93,9 +94,9 @@ def run_threads(batch: Batch, body: Body) -> None:
     once, started at its intended time under a schedule."""
     failure = _Failure()
     slots = threading.BoundedSemaphore(batch.slots) if batch.slots is not None else None
-    recording, warmup = batch.recording, batch.warmup
+    recording, warmups = batch.recording, batch.warmups
 
-    def one(intended: int | None) -> None:
+    def one(intended: int | None, warmup: bool) -> None:
         try:
             with recording.run(warmup=warmup, intended_ns=intended):
                 body()
@@ -123,7 +124,9 @@ def run_threads(batch: Batch, body: Body) -> None:
         # thread (context variables a fixture set are visible in it).
         context = contextvars.copy_context()
         thread = threading.Thread(
-            target=context.run, args=(one, intended), name=f"latency-sample-{index}"
+            target=context.run,
+            args=(one, intended, index < warmups),
+            name=f"latency-sample-{index}",
         )
         thread.daemon = True
         thread.start()
@@ -150,9 +153,9 @@ def async_batch(body: AsyncBody, pending: Callable[[], Batch]) -> AsyncBody:
         batch = pending()
         failure = _Failure()
         slots = asyncio.Semaphore(batch.slots) if batch.slots is not None else None
-        recording, warmup = batch.recording, batch.warmup
+        recording, warmups = batch.recording, batch.warmups
 
-        async def one(intended: int | None) -> None:
+        async def one(intended: int | None, warmup: bool) -> None:
             try:
                 with recording.run(warmup=warmup, intended_ns=intended):
                     await body(**kwargs)
@@ -180,7 +183,7 @@ def async_batch(body: AsyncBody, pending: Callable[[], Batch]) -> AsyncBody:
                         slots.release()
                     break
                 # Each task runs in a copy of this context: its run stays its own.
-                tasks.append(asyncio.ensure_future(one(intended)))
+                tasks.append(asyncio.ensure_future(one(intended, index < warmups)))
         except BaseException:
             # Interrupted (cancelled, Ctrl-C): the samples in flight are cancelled, not awaited.
             for task in tasks:

@@ -487,9 +487,9 @@ class Sampler:
         manager = pyfuncitem.config.pluginmanager
         call_body = manager.subset_hook_caller("pytest_pyfunc_call", remove_plugins=[self])
 
-        def run_samples(count: int, *, warmup: bool) -> None:
-            for _ in range(count):
-                recording.begin_run(warmup=warmup)
+        def run_samples(count: int, *, warmups: int = 0) -> None:
+            for index in range(count):
+                recording.begin_run(warmup=index < warmups)
                 try:
                     call_body(pyfuncitem=pyfuncitem)
                 finally:
@@ -502,11 +502,20 @@ class Sampler:
         from pytest_latency.plugin._warm import warm_imported
 
         warm_imported()  # clients the test built itself: their SDK's first-use work, unmeasured
-        run_samples(plan.warmup, warmup=True)
         shard = _sweep.shard_of(pyfuncitem)
-        if shard is not None:  # a split test's shard: its kept samples start with the others'
-            _meet(pyfuncitem, plan, shard)
-        run_samples(plan.samples, warmup=False)
+        if shard is None and (load is None or not load.open_loop):
+            # One closed loop, warmup through samples: under concurrency C the first sample
+            # starts as the first warmup ends, C - 1 others in flight, so every sample meets
+            # the line C clients keep. Two batches let the server drain between them, and the
+            # second's first C samples started together into an empty line (at 16 against 4
+            # slots, a third of 48 samples waited 0-2 services where the rest waited 3; session
+            # 26). An open loop's warmup stays a batch of its own: its schedule starts after.
+            run_samples(plan.warmup + plan.samples, warmups=plan.warmup)
+        else:
+            run_samples(plan.warmup, warmups=plan.warmup)
+            if shard is not None:  # a split test's shard: its kept samples start with the others'
+                _meet(pyfuncitem, plan, shard)
+            run_samples(plan.samples)
         # Sequential sampling: an interval that straddles the budget narrows with n; draw more
         # (doubling, so the number of re-judgements stays logarithmic) up to max_samples.
         if not plan.budgeted or plan.max_samples <= plan.samples:
@@ -532,7 +541,7 @@ class Sampler:
             if not any(j.verdict == "inconclusive" for j in verdicts):
                 break
             more = min(recording.samples_run, plan.max_samples - recording.samples_run)
-            run_samples(more, warmup=False)
+            run_samples(more)
         return True
 
     def _load_loop(
@@ -551,10 +560,10 @@ class Sampler:
         schedule = Schedule(load) if load.open_loop else None
         holder = item.stash.get(_BATCH_KEY, None)
 
-        def run_samples(count: int, *, warmup: bool) -> None:
+        def run_samples(count: int, *, warmups: int = 0) -> None:
             if count <= 0:
                 return
-            batch = _load.batch_of(recording, load, schedule, count, warmup=warmup)
+            batch = _load.batch_of(recording, load, schedule, count, warmups=warmups)
             if holder is not None:
                 holder.batch = batch
                 call_body(pyfuncitem=item)
