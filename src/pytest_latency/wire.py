@@ -265,8 +265,10 @@ class WireRecord:
     # sync consumer: ASK_NS, and a sync read that waited for its data where this is 1 ms or
     # more): how long the consuming thread waited, runnable, for a CPU (Linux
     # schedstat run_delay) from the last reading before the absence (at the headers, or at a
-    # chunk that came over WAIT_NS after the one before) to that read's arrival. Empty where the
-    # kernel does not expose it, and for read-ahead.
+    # chunk that came over WAIT_NS after the one before) to that read's arrival; a wait between
+    # a read's arrival stamp and the reading after it goes with the next read's note, the absence
+    # it fell in (`capture.note_queued`). Empty where the kernel does not expose it, and for
+    # read-ahead.
     queued: list[tuple[int, int]] = field(default_factory=list)
     # (read index, ns) for each read a sync consumer asked for after being away over AWAY_NS:
     # the consuming thread's CPU time inside that read (`time.thread_time_ns`). A buffered read

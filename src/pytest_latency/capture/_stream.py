@@ -106,6 +106,14 @@ ASK_PEEK_BYTES = 8_192
 # prompt consumer, which waits at nearly every read, noted 57 waits for 63 reads, 43 of them 0,
 # 56 % on top of its reads against the keep limit (review, session 24).
 WAKE_NOTE_NS = 1_000_000
+# A wait for a CPU longer than this between a read's arrival stamp and the run-queue counter's
+# reading after it (the code between is microseconds: a `thread_time_ns` system call, a few
+# appends) is the next absence's, and `note_queued` carries it there. The read's CPU-time
+# syscall is a preemption point: beside CPU hogs a pass loop's thread was preempted there for
+# 2.6 ms, the wait noted with the read before (10.6 ms against its 9.1 ms absence, capped there)
+# and the absence after came out 3.6 ms of the consumer's own, a chunk counted consumer-bound
+# (a hog run of CI, session 26; `/tmp/s27/cs`, session 27).
+CARRY_NS = 100_000
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
 # wall clock, and a peek with room for ancillary data reads the stamp of the newest data it
@@ -299,23 +307,41 @@ class RunQueueWait:
 
 
 def note_queued(
-    record: WireRecord, queue: RunQueueWait, index: int, since: bytes, note: bool, least: int = 0
-) -> bytes:
-    """Read `index` has just arrived, more than `WAIT_NS` after the one before: read the
-    counter (the new `since`, returned), and where `note`, note how long its thread waited for a
-    CPU since the last reading (`since`: before the absence, or at the headers). Noted where the
-    consumer had been away over `AWAY_NS` before asking; a sync body's also from `ASK_NS` on, as
-    it asks its socket (how far behind a consumer is, and whose doing, adds up over absences
-    each too short to count alone: `metrics._pace.behind`), and where the read waited for its
-    data: a thread woken by its data's arrival on a busy machine waits for a CPU before it
-    stamps it (`metrics._pace.wake_delay`): kept there only from `least` on, as a wait under
-    the target says nothing a flag needs, and a prompt consumer waits at nearly every read."""
+    record: WireRecord,
+    queue: RunQueueWait,
+    index: int,
+    since: bytes,
+    note: bool,
+    least: int = 0,
+    carried: int = 0,
+    arrived: int = 0,
+) -> tuple[bytes, int]:
+    """Read `index` has just arrived (at `arrived`, on perf_counter), more than `WAIT_NS` after
+    the one before: read the counter (the new `since`), and where `note`, note how long its
+    thread waited for a CPU since the last reading (`since`: before the absence, or at the
+    headers). Noted where the consumer had been away over `AWAY_NS` before asking; a sync body's
+    also from `ASK_NS` on, as it asks its socket (how far behind a consumer is, and whose doing,
+    adds up over absences each too short to count alone: `metrics._pace.behind`), and where the
+    read waited for its data: a thread woken by its data's arrival on a busy machine waits for a
+    CPU before it stamps it (`metrics._pace.wake_delay`): kept there only from `least` on, as a
+    wait under the target says nothing a flag needs, and a prompt consumer waits at nearly every
+    read.
+
+    A wait between the arrival's stamp and the counter's reading belongs to the absence after
+    the read, not before it (`CARRY_NS`): returned with the new `since` as the next reading's
+    `carried`, which that note counts and this one does not."""
     now = queue.raw()
-    if note:
+    carry = 0
+    late = time.perf_counter_ns() - arrived if arrived else 0
+    if late > CARRY_NS or note:
         before, after = RunQueueWait.parse(since), RunQueueWait.parse(now)
-        if before is not None and after is not None and after - before >= least >= 0:
-            record.queued.append((index, after - before))
-    return now
+        if before is not None and after is not None:
+            waited = after - before
+            carry = min(late, waited) if late > CARRY_NS else 0
+            ns = waited - carry + carried
+            if note and ns >= least >= 0:
+                record.queued.append((index, ns))
+    return now, carry
 
 
 def note_paused(record: WireRecord, index: int, since: int, note: bool) -> int:
@@ -490,6 +516,7 @@ class TimedBody:
         queue = _queue_reader(self)
         fd = queue.fd
         since, slow, away, ask = self._since, WAIT_NS, AWAY_NS, ASK_NS
+        carried = 0  # the last reading's wait after its read's arrival (`note_queued`)
         paused = self._paused
         timed = clock is time.perf_counter_ns
         cpu_time = time.thread_time_ns
@@ -528,13 +555,15 @@ class TimedBody:
                     away_long = asked - previous > ask
                     notes = len(record.queued) + len(record.paused)
                     if fd >= 0:
-                        since = note_queued(
+                        since, carried = note_queued(
                             record,
                             queue,
                             len(reads),
                             since,
                             away_long or arrived - asked > slow,
                             0 if away_long else WAKE_NOTE_NS,
+                            carried,
+                            arrived,
                         )
                     paused = note_paused(record, len(reads), paused, away_long)
                     room -= NOTE_COST * (len(record.queued) + len(record.paused) - notes)
@@ -583,6 +612,7 @@ class AsyncTimedBody:
         queue = _queue_reader(self)
         fd = queue.fd
         since, slow, away = self._since, WAIT_NS, AWAY_NS
+        carried = 0  # the last reading's wait after its read's arrival (`note_queued`)
         paused = self._paused
         timed = clock is time.perf_counter_ns
         probe = prober(record)  # the loop monitor's mid-pass probe, or None
@@ -601,7 +631,9 @@ class AsyncTimedBody:
                 if arrived - previous > slow and timed and room >= 0:
                     note = asked - previous > away
                     if fd >= 0:
-                        since = note_queued(record, queue, len(reads), since, note)
+                        since, carried = note_queued(
+                            record, queue, len(reads), since, note, 0, carried, arrived
+                        )
                     paused = note_paused(record, len(reads), paused, note)
                     if note:  # what the two notes may have cost
                         room -= 2 * NOTE_COST
