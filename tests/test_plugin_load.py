@@ -347,7 +347,8 @@ def test_sequential_sampling_draws_more_samples_in_concurrent_batches(
 
         # p90 needs ~30 values to pass with confidence: 8 samples are inconclusive, so the
         # sampler draws 8 → 16 → 32 (→ 64), each batch at the cap.
-        @pytest.mark.latency("ttft.p90 < 10s", samples=8, max_samples=64, concurrency=4)
+        @pytest.mark.latency(
+            "ttft.p90 < 10s", samples=8, max_samples=64, concurrency=4, warmup=4)
         def test_more(openai_client, sim, ask):
             ask(openai_client)
         """
@@ -360,6 +361,18 @@ def test_sequential_sampling_draws_more_samples_in_concurrent_batches(
     assert sorted(s[0] for s in spans) == list(range(record["samples"]))
     assert _most_at_once([(s[2], s[3]) for s in spans]) == 4
     assert _most_at_once(_truth(tester, "test_more")) == 4
+    # Each batch warms the line again before its samples, as the first does: its first 4
+    # starts are warmups, and each sample starts as one in flight ends. Before, each extra
+    # batch's first 4 samples started together, into an empty server (session 27).
+    batches: list[list[bool]] = []  # each batch's runs in order of start: warmup or not
+    last_end = 0
+    for _, warmup, start, end, *_ in sorted(record["spans"], key=lambda s: s[2]):
+        if start >= last_end:  # nothing in flight: the look between two batches
+            batches.append([])
+        batches[-1].append(bool(warmup))
+        last_end = max(last_end, end)
+    assert len(batches) == {32: 3, 64: 4}[record["samples"]], batches
+    assert all(runs[:4] == [True] * 4 and not any(runs[4:]) for runs in batches), batches
 
 
 @pytest.mark.parametrize(

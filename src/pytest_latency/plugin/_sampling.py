@@ -503,6 +503,10 @@ class Sampler:
 
         warm_imported()  # clients the test built itself: their SDK's first-use work, unmeasured
         shard = _sweep.shard_of(pyfuncitem)
+        # A closed loop at concurrency > 1 in one process builds its line again before each
+        # batch's kept samples (sequential sampling's extra batches, below).
+        closed = load is not None and not load.open_loop and not load.sequential
+        rewarm = plan.warmup if shard is None and closed else 0
         if shard is None and (load is None or not load.open_loop):
             # One closed loop, warmup through samples: under concurrency C the first sample
             # starts as the first warmup ends, C - 1 others in flight, so every sample meets
@@ -541,7 +545,11 @@ class Sampler:
             if not any(j.verdict == "inconclusive" for j in verdicts):
                 break
             more = min(recording.samples_run, plan.max_samples - recording.samples_run)
-            run_samples(more)
+            # Each extra batch starts from an empty line, as the first did: it warms it again
+            # as the first did, so that its samples meet the line the first's met (at 16
+            # against 4 slots, a batch's first 16 samples waited 0-2 services where the rest
+            # waited 3; session 26). The look between batches is no sample.
+            run_samples(rewarm + more, warmups=rewarm)
         return True
 
     def _load_loop(
