@@ -58,7 +58,9 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
     # 1 ms headers and a 5 ms token made a ttft of 8 ms that a busy run moved to 15 (p50 7.7 ->
     # 10.4, the whole distribution, session 25), past any tolerance that still tells 3x apart. 20 ms
     # headers make the ttft ~21 ms and the e2e ~26, against which that noise is a third; the slower
-    # run is 3x both.
+    # run is 6x both. At 3x, beside two busy loops in a CI run (session 27), the base run's ttft
+    # p50 came out 36.6 ms and e2e p95 57 (the machine's +15 to +30 ms) against the slower's 71
+    # and 91: +95 % and +59 %, under the 100 % tolerance, and only itl was called slower.
     monkeypatch.setenv("TTFB_MS", "20")
     monkeypatch.setenv("DECODE_MS", "1")
     saved = tester.runpytest("--latency-sim=instant", "--latency-save=base.json")
@@ -67,7 +69,7 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
 
     # The same model again: no regression. The tolerance allows for the machine itself slowing
     # down between the two runs (another job on a shared 2-core box), which is not a regression
-    # of the code under test. The slowdown looked for is 3x.
+    # of the code under test. The slowdown looked for is 6x.
     same = tester.runpytest(
         "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=100%"
     )
@@ -75,8 +77,8 @@ def test_a_slower_head_is_a_regression_against_the_saved_baseline(
     assert same.ret == pytest.ExitCode.OK
     same.stdout.no_fnmatch_line("*regressions against the baseline*")
 
-    monkeypatch.setenv("TTFB_MS", "60")  # every stream three times slower
-    monkeypatch.setenv("DECODE_MS", "3")
+    monkeypatch.setenv("TTFB_MS", "120")  # every stream six times slower
+    monkeypatch.setenv("DECODE_MS", "6")
     slower = tester.runpytest(
         "--latency-sim=instant", "--latency-baseline=base.json", "--latency-tolerance=100%"
     )

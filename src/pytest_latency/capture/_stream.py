@@ -99,7 +99,9 @@ PEEK_AFTER_NS = 500_000
 # 23). 8 KiB since the bytes a layer above the socket holds count with its queue (h11's: a
 # consumer 1.8 ms a chunk behind a 1.5 ms stream held 5.7-8 KiB between the two; session 25).
 # The count's cost, at its worst (75 events of 108 B, a chunk each): 283-305 us an ask over
-# 8 KiB against 144-151 at 4, quiet on the development box (`_queued.whole_events`; session 26).
+# 8 KiB against 144-151 at 4, quiet on the development box (`_queued.whole_events`; session 26);
+# 138-151 us at 8 KiB since its size lines are matched by a regex, against 204-228 for the walk
+# before, side by side in one process (session 27).
 ASK_PEEK_BYTES = 8_192
 # A sync read that waited for its data after a short absence keeps its thread's run-queue wait
 # only from here on (`note_queued`): what `metrics._pace.wake_delay` flags is over 5 ms, and a
@@ -112,7 +114,7 @@ WAKE_NOTE_NS = 1_000_000
 # syscall is a preemption point: beside CPU hogs a pass loop's thread was preempted there for
 # 2.6 ms, the wait noted with the read before (10.6 ms against its 9.1 ms absence, capped there)
 # and the absence after came out 3.6 ms of the consumer's own, a chunk counted consumer-bound
-# (a hog run of CI, session 26; `/tmp/s27/cs`, session 27).
+# (a hog run of CI, session 26; session 27).
 CARRY_NS = 100_000
 # Linux's SO_TIMESTAMPNS (asm-generic's number, which the socket module does not name; other
 # architectures number it otherwise and are left alone): the kernel stamps each arrival on the
