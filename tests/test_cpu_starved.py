@@ -155,20 +155,36 @@ def test_a_wait_for_a_cpu_after_a_reads_arrival_stamp_counts_with_the_absence_af
     record = WireRecord(method="POST", url="http://sim/v1", request_body=b"", t_start_ns=0)
     counter = _Counter()
     since = counter.raw()
-    # Read 3 arrived 3 ms ago; the counter, read now, has 10 ms more: at least 3 ms of it came
-    # after the stamp (no more than the time since), so 7 ms is noted with read 3 ...
+
+    def prompt(carried: int) -> bool:
+        """Whether the reading just taken was within CARRY_NS of its stamp: nothing carried."""
+        return carried == 0 or time.perf_counter_ns() - stamp > CARRY_NS
+
+    # Read 3 arrived 3 ms ago; the counter, read now, has 10 ms more: up to 3 ms of it (the time
+    # since the stamp) can have come after it, and goes with read 4 ...
     counter.value = 10_000_000
-    arrived = time.perf_counter_ns() - 3_000_000
-    since, carried = note_queued(record, counter, 3, since, True, 0, 0, arrived)
+    stamp = time.perf_counter_ns() - 3_000_000
+    since, carried = note_queued(record, counter, 3, since, True, 0, 0, stamp)
     assert 3_000_000 <= carried < 3_000_000 + 50 * CARRY_NS, carried
     assert record.queued == [(3, 10_000_000 - carried)]
-    # ... and the rest with read 4, the absence it fell in, with read 4's own 1 ms.
+    # ... with read 4's own 1 ms.
     counter.value += 1_000_000
-    now = time.perf_counter_ns()
-    since, carried = note_queued(record, counter, 4, since, True, 0, carried, now)
-    assert carried == 0
-    assert record.queued[1] == (4, 11_000_000 - record.queued[0][1])
-    # A counter read promptly after its stamp carries nothing; the wait is all the read's.
+    stamp = time.perf_counter_ns()
+    since, late = note_queued(record, counter, 4, since, True, 0, carried, stamp)
+    assert prompt(late)
+    assert record.queued[1] == (4, 1_000_000 + carried - late)
+    # No more than the counter's wait is carried: 1 ms of it, 3 ms after the stamp.
+    counter.value += 1_000_000
+    since, carried = note_queued(record, counter, 5, since, True, 0, 0, stamp - 3_000_000)
+    assert (carried, record.queued[2]) == (1_000_000, (5, 0))
+    # A read not noted (a short absence) still carries its wait to the next one.
+    counter.value += 2_000_000
+    stamp = time.perf_counter_ns() - 2_000_000
+    since, carried = note_queued(record, counter, 6, since, False, 0, carried, stamp)
+    assert 2_000_000 <= carried < 2_000_000 + 50 * CARRY_NS and len(record.queued) == 3, carried
+    # A counter read at its stamp carries nothing: the wait is all the read's.
     counter.value += 5_000_000
-    since, carried = note_queued(record, counter, 5, since, True, 0, 0, time.perf_counter_ns())
-    assert (carried, record.queued[2]) == (0, (5, 5_000_000))
+    stamp = time.perf_counter_ns()
+    since, late = note_queued(record, counter, 7, since, True, 0, 0, stamp)
+    assert prompt(late)
+    assert record.queued[3] == (7, 5_000_000 - late)

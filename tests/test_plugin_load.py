@@ -361,18 +361,24 @@ def test_sequential_sampling_draws_more_samples_in_concurrent_batches(
     assert sorted(s[0] for s in spans) == list(range(record["samples"]))
     assert _most_at_once([(s[2], s[3]) for s in spans]) == 4
     assert _most_at_once(_truth(tester, "test_more")) == 4
-    # Each batch warms the line again before its samples, as the first does: its first 4
-    # starts are warmups, and each sample starts as one in flight ends. Before, each extra
-    # batch's first 4 samples started together, into an empty server (session 27).
-    batches: list[list[bool]] = []  # each batch's runs in order of start: warmup or not
-    last_end = 0
-    for _, warmup, start, end, *_ in sorted(record["spans"], key=lambda s: s[2]):
-        if start >= last_end:  # nothing in flight: the look between two batches
-            batches.append([])
-        batches[-1].append(bool(warmup))
-        last_end = max(last_end, end)
-    assert len(batches) == {32: 3, 64: 4}[record["samples"]], batches
-    assert all(runs[:4] == [True] * 4 and not any(runs[4:]) for runs in batches), batches
+    # Each batch warms the line again before its samples, as the first does: 4 warmups, and its
+    # first sample starts once one of them has ended. Warmups are numbered -2, -3, ... and kept
+    # samples 0, 1, ... in the order they start calling, batch after batch (8, 8, 16, 32 kept).
+    # Before, the extra batches had no warmup: their first 4 samples started together, into an
+    # empty server (session 27).
+    kept = record["samples"]
+    bounds = [0, 8, 16, 32, 64][: {32: 4, 64: 5}[kept]]
+    warmups = sorted((s for s in record["spans"] if s[1]), key=lambda s: -s[0])
+    assert len(warmups) == 4 * (len(bounds) - 1), len(warmups)
+    by_index = {s[0]: s for s in spans}
+    for batch, (low, high) in enumerate(itertools.pairwise(bounds)):
+        warm = warmups[4 * batch : 4 * batch + 4]
+        first_sample = min(by_index[i][2] for i in range(low, high))
+        assert first_sample >= min(w[3] for w in warm), (batch, warm, first_sample)
+        if batch:  # after the look: the last batch's samples had all ended
+            assert min(w[2] for w in warm) >= max(
+                by_index[i][3] for i in range(bounds[batch - 1], low)
+            )
 
 
 @pytest.mark.parametrize(

@@ -332,9 +332,11 @@ def note_queued(
     A wait between the arrival's stamp and the counter's reading belongs to the absence after
     the read, not before it (`CARRY_NS`): returned with the new `since` as the next reading's
     `carried`, which that note counts and this one does not."""
+    # The time since the stamp is read before the counter: a stall after the counter's reading
+    # is the next note's already, and counted here it would carry a wait from before the stamp.
+    late = time.perf_counter_ns() - arrived if arrived else 0
     now = queue.raw()
     carry = 0
-    late = time.perf_counter_ns() - arrived if arrived else 0
     if late > CARRY_NS or note:
         before, after = RunQueueWait.parse(since), RunQueueWait.parse(now)
         if before is not None and after is not None:
@@ -347,9 +349,11 @@ def note_queued(
 
 
 def note_paused(record: WireRecord, index: int, since: int, note: bool) -> int:
-    """`note_queued`'s twin for garbage collection, over the same span: the collector's summed
-    pause time now (the new `since`, returned), and where `note`, how much of it fell since the
-    last reading."""
+    """`note_queued`'s twin for garbage collection, over about the same span: the collector's
+    summed pause time now (the new `since`, returned), and where `note`, how much of it fell
+    since the last reading. A pause between the read's arrival stamp and this reading stays
+    with this read, not carried as `note_queued` carries a wait for a CPU: a collection there
+    (set off by the notes' own allocations) is rare, and nothing times it apart."""
     now = PAUSED[0]
     if note and now > since:
         record.paused.append((index, now - since))

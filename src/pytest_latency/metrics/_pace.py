@@ -233,7 +233,9 @@ def behind(on: Reads, shown: Sequence[int], event_reads: Sequence[int]) -> Behin
     # run-queue wait runs from the counter's last reading, taken only at a read that came over
     # `WAIT_NS` after the one before, so it holds the waits of the short absences and reads
     # since too; capped at its own absence, as the detector takes it, they were lost (a pass
-    # loop on a third of a CPU came out its own). The first note after the span holds its tail's.
+    # loop on a third of a CPU came out its own). The first note after the span holds its tail's
+    # (a wait between a read's stamp and the counter's reading after it is the next note's:
+    # `capture.note_queued`).
     away = sum(on.absence(index)[0] for index in range(first, last + 1))
     queued = _noted_over(record.queued, first - 1, last)
     paused = _noted_over(record.paused, first - 1, last)
