@@ -100,8 +100,8 @@ PEEK_AFTER_NS = 500_000
 # consumer 1.8 ms a chunk behind a 1.5 ms stream held 5.7-8 KiB between the two; session 25).
 # The count's cost, at its worst (75 events of 108 B, a chunk each): 283-305 us an ask over
 # 8 KiB against 144-151 at 4, quiet on the development box (`_queued.whole_events`; session 26);
-# 138-151 us at 8 KiB since its size lines are matched by a regex, against 204-228 for the walk
-# before, side by side in one process (session 27).
+# a fifth less since its size lines are matched by a regex (median ratio 0.82-0.83 at 8 KiB,
+# interleaved with the walk before in one process; session 27).
 ASK_PEEK_BYTES = 8_192
 # A sync read that waited for its data after a short absence keeps its thread's run-queue wait
 # only from here on (`note_queued`): what `metrics._pace.wake_delay` flags is over 5 ms, and a
