@@ -23,10 +23,11 @@ _HEX_DIGITS = string.hexdigits.encode()
 # (`find`): hex digits, then whitespace only before an extension, which runs to that CRLF. One
 # search and one match a chunk, in C, where the walk before split and checked each line in
 # Python: `whole_events` over 1-8 KiB of one-event chunks (9-75) costs 0.82-0.89 of the walk's
-# (median ratios over 40 rounds interleaved in one process; session 27). Bounded by the CRLF found: a match left to find the line's end itself took
-# 2-7 ms over a 64 KiB queue of one long line without a CRLF or full of bare CRs (a queue read
-# from mid-chunk, a hostile server), against 0.1-0.3 for the walk (review, session 27). A line it
-# does not match takes `_odd_size_line`; tests/test_queued.py holds the walk before as an oracle.
+# (median ratios over 40 rounds interleaved in one process; session 27). Bounded by the CRLF
+# found: a match left to find the line's end itself took 2-7 ms over a 64 KiB queue of one long
+# line without a CRLF or full of bare CRs (a queue read from mid-chunk, a hostile server),
+# against 0.1-0.3 for the walk (review, session 27). A line it does not match takes
+# `_odd_size_line`; tests/test_queued.py holds the walk before as an oracle.
 _SIZE_LINE = re.compile(rb"([0-9A-Fa-f]++)[ \t]*+(?:;.*)?\r\n", re.DOTALL)
 # A TLS record's header: content type, version (3, x), length; application data is type 23.
 _TLS_HEADER = 5
