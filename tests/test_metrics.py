@@ -1150,6 +1150,58 @@ def test_a_sync_consumer_behind_because_its_thread_waited_for_a_cpu_is_starved()
     assert _at_least_ms(m, "cpu_starved") > 5.0
 
 
+def _preempted_record(stream_ms: float, queued_ms: float) -> WireRecord:
+    """A sync consumer 0.45 ms a chunk on a stream of 40 content events `stream_ms` apart, away
+    12 ms once (before the 11th), `queued_ms` of it waiting for a CPU; its asks noted as
+    capture notes them (the socket's bytes, the kernel's arrival of the newest event queued)."""
+    role = chat_chunk({"role": "assistant", "content": ""})
+    data = [chat_chunk({"content": f"t{k} " + "x" * 300}) for k in range(40)]
+    sent = [T0 + int((60.0 + stream_ms * (k + 1)) * MS) for k in range(40)]
+    reads = [(T0 + 50 * MS, T0 + 60 * MS, role)]
+    ready: list[tuple[int, int]] = []
+    notes: list[AskedArrival] = []
+    for k, payload in enumerate(data):
+        asked = reads[-1][1] + int((12.45 if k == 10 else 0.45) * MS)
+        arrived = max(sent[k], asked + 50_000)
+        if sent[k] <= asked:
+            newest = max(j for j in range(k, 40) if sent[j] <= asked)
+            # As the socket holds them: chunked, each with its size line and line end.
+            ready.append((k + 1, sum(len(d) + READY_SLACK_BYTES for d in data[k : newest + 1])))
+            notes.append(AskedArrival(k + 1, sent[newest], newest - k + 1, True))
+        reads.append((asked, arrived, payload))
+    return WireRecord(
+        method="POST",
+        url=CHAT_URL,
+        request_body=request(),
+        t_start_ns=T0,
+        t_headers_ns=T0 + 50 * MS,
+        status=200,
+        content_type="text/event-stream",
+        reads=reads,
+        ready=ready,
+        asked_arrivals=notes,
+        queued=[(11, int(queued_ms * MS))],
+    )
+
+
+def test_the_chunks_queued_behind_a_long_absence_count_with_it() -> None:
+    """One absence can buffer many chunks: a consumer preempted for 12 ms on a 1 ms-a-token
+    stream found 12 events queued at its next ask, and they were shown at the newest one's
+    arrival, the oldest 11 ms late. Counted as one starved chunk (of 40; two are needed), the
+    call was not flagged (session 27). Each chunk whose bytes had all come by the ask counts."""
+    m = call_metrics(_preempted_record(1.0, queued_ms=11.5))
+    assert _lateness_ms(m, 1.0, 40) > 10.0  # the case: past the target
+    assert m.flagged == ("cpu_starved",), m.notes
+    (note,) = [n for n in m.notes if n.startswith("cpu_starved")]
+    assert "12 chunks were found buffered after the test had been away 12 ms" in note, note
+    # The same absence the test body's own: its doing.
+    m = call_metrics(_preempted_record(1.0, queued_ms=0.0))
+    assert (m.flagged, m.consumer_bound_chunks) == (("consumer_bound",), 12)
+    # On a 20 ms stream the absence buffered one event, which the kernel's stamp times.
+    m = call_metrics(_preempted_record(20.0, queued_ms=11.5))
+    assert m.flagged == () and _lateness_ms(m, 20.0, 40) < 0.1
+
+
 def test_a_sync_read_woken_by_its_data_and_left_waiting_for_a_cpu_is_starved() -> None:
     """A sync read blocks until its data comes; on a busy machine its thread, woken by the
     data, then waits, runnable, for a CPU, and stamps the data that late: the openai and
