@@ -1059,26 +1059,35 @@ def test_a_buffered_sync_read_s_events_whole_at_its_ask_are_timed_by_the_kernel(
 
 
 def _behind_record(
-    stream_ms: float, away_ms: float, tokens: int, *, kernel: bool = True, lead_ms: float = 0.0
+    stream_ms: float,
+    away_ms: float,
+    tokens: int,
+    *,
+    kernel: bool = True,
+    lead_ms: float = 0.0,
+    pad: int = 1500,
+    pause: tuple[int, float] = (-1, 0.0),
+    slack: int = 0,
 ) -> WireRecord:
-    """A sync consumer reading a stream of `tokens` content events (~1.5 kB each) sent every
+    """A sync consumer reading a stream of `tokens` content events (~`pad` bytes each) sent every
     `stream_ms` after its role event (the first `lead_ms` early), away `away_ms` after each read
-    (under `wire.AWAY_NS`: no absence is counted by the consumer-bound detector), a read of data
-    queued returning in 0.05 ms. Each ask noted as capture notes it: the socket's bytes
-    (`ready`), and where they are under `ASK_PEEK_BYTES` and `kernel`, the kernel's arrival of
-    the newest event queued (`asked_arrivals`)."""
+    (under `wire.AWAY_NS`: no absence is counted by the consumer-bound detector) and `pause`'s ms
+    longer before the event it names, a read of data queued returning in 0.05 ms. Each ask noted
+    as capture notes it: the socket's bytes (`ready`, `slack` more an event for its framing),
+    and where they are under `ASK_PEEK_BYTES` and `kernel`, the kernel's arrival of the newest
+    event queued (`asked_arrivals`)."""
     role = chat_chunk({"role": "assistant", "content": ""})
-    data = [chat_chunk({"content": f"t{k} " + "x" * 1500}) for k in range(tokens)]
+    data = [chat_chunk({"content": f"t{k} " + "x" * pad}) for k in range(tokens)]
     sent = [T0 + int((60.0 + stream_ms * (k + 1) - lead_ms) * MS) for k in range(tokens)]
     reads = [(T0 + 50 * MS, T0 + 60 * MS, role)]  # the role event: waited 10 ms for it
     ready: list[tuple[int, int]] = []
     notes: list[AskedArrival] = []
     for k, payload in enumerate(data):
-        asked = reads[-1][1] + int(away_ms * MS)
+        asked = reads[-1][1] + int((away_ms + (pause[1] if k == pause[0] else 0.0)) * MS)
         arrived = max(sent[k], asked + 50_000)
         if sent[k] <= asked:  # queued: it and whatever else had come by the ask
             newest = max(j for j in range(k, tokens) if sent[j] <= asked)
-            queue = sum(len(d) for d in data[k : newest + 1])
+            queue = sum(len(d) + slack for d in data[k : newest + 1])
             ready.append((k + 1, queue))
             if queue < ASK_PEEK_BYTES and kernel:
                 notes.append(AskedArrival(k + 1, sent[newest], newest - k + 1, True))
@@ -1152,36 +1161,11 @@ def test_a_sync_consumer_behind_because_its_thread_waited_for_a_cpu_is_starved()
 
 def _preempted_record(stream_ms: float, queued_ms: float) -> WireRecord:
     """A sync consumer 0.45 ms a chunk on a stream of 40 content events `stream_ms` apart, away
-    12 ms once (before the 11th), `queued_ms` of it waiting for a CPU; its asks noted as
-    capture notes them (the socket's bytes, the kernel's arrival of the newest event queued)."""
-    role = chat_chunk({"role": "assistant", "content": ""})
-    data = [chat_chunk({"content": f"t{k} " + "x" * 300}) for k in range(40)]
-    sent = [T0 + int((60.0 + stream_ms * (k + 1)) * MS) for k in range(40)]
-    reads = [(T0 + 50 * MS, T0 + 60 * MS, role)]
-    ready: list[tuple[int, int]] = []
-    notes: list[AskedArrival] = []
-    for k, payload in enumerate(data):
-        asked = reads[-1][1] + int((12.45 if k == 10 else 0.45) * MS)
-        arrived = max(sent[k], asked + 50_000)
-        if sent[k] <= asked:
-            newest = max(j for j in range(k, 40) if sent[j] <= asked)
-            # As the socket holds them: chunked, each with its size line and line end.
-            ready.append((k + 1, sum(len(d) + READY_SLACK_BYTES for d in data[k : newest + 1])))
-            notes.append(AskedArrival(k + 1, sent[newest], newest - k + 1, True))
-        reads.append((asked, arrived, payload))
-    return WireRecord(
-        method="POST",
-        url=CHAT_URL,
-        request_body=request(),
-        t_start_ns=T0,
-        t_headers_ns=T0 + 50 * MS,
-        status=200,
-        content_type="text/event-stream",
-        reads=reads,
-        ready=ready,
-        asked_arrivals=notes,
-        queued=[(11, int(queued_ms * MS))],
-    )
+    12 ms once (before the 11th), `queued_ms` of it waiting for a CPU; the socket held each
+    event's chunked framing too."""
+    record = _behind_record(stream_ms, 0.45, 40, pad=300, pause=(10, 12.0), slack=READY_SLACK_BYTES)
+    record.queued = [(11, int(queued_ms * MS))]
+    return record
 
 
 def test_the_chunks_queued_behind_a_long_absence_count_with_it() -> None:
