@@ -37,13 +37,20 @@ def paced(*, decode_ms_per_token: float, output_tokens: int) -> tuple[str, ...]:
 
 
 # A provider of 4 slots and a long line, each decode slowed by a quarter per other stream served;
-# 8 tokens 4 to a chunk, 3 ms a token. Closed loop at 16 clients: 12 wait, three services each.
-# The model check of issue #17 runs on it, directly (test_sim_limit) and through the marker
-# (test_plugin_load).
+# 8 tokens 4 to a chunk, 6 ms a token. Closed loop at 16 clients: 12 wait, three services each
+# (ttft 26, 44 and 302 ms at 1, 4 and 16 clients). The model check of issue #17 runs on it,
+# directly (test_sim_limit) and through the marker (test_plugin_load).
+# 6 ms a token, not 3: a closed loop holds its 16 requests at the server only while the client
+# keeps up, and the async openai SDK costs ~8 ms of CPU a streamed call here. At 3 ms the server
+# answers 91 calls a second, 73 % of the client's core: the client sometimes fell behind for
+# good, its calls waiting in its own event loop instead of the server's line (through the marker:
+# the simulator's ttft p95 50-58 ms against 155, 43-48 of 48 calls flagged client_saturated, 3
+# runs in 6, quiet, session 26; directly, beside a CI run's busy loops: p50 55 ms, every call
+# flagged, session 27). At 6 ms, 46 calls a second.
 FOUR_SLOTS = LatencyModel(
     ttfb_ms=2.0,
     prefill_us_per_token=0.0,
-    decode_ms_per_token=3.0,
+    decode_ms_per_token=6.0,
     tokens_per_chunk=4,
     concurrency_slowdown=0.25,
     output_tokens=8,

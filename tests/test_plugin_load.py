@@ -709,21 +709,13 @@ def test_a_concurrency_sweeps_ttft_rises_as_the_simulators_model_predicts(
     flagged (over a tenth: cpu_starved, client_saturated, gc_paused) is held to the rise alone:
     its client did not keep the loop closed, and the report says so. The simulator runs in its
     own process."""
-    from dataclasses import replace
-
     from remote_sim import FOUR_SLOTS, flags_of, remote_simulator, truth_log
 
     from pytest_latency.sim import expected_under_load
 
-    # FOUR_SLOTS at 6 ms a token, not 3. A closed loop holds its 16 requests at the server only
-    # while the client keeps up, and the async openai SDK costs ~8 ms of CPU a streamed call here
-    # (0.47-0.59 s for the level's 64 calls). At 3 ms a token the server answers 91 calls a
-    # second, 73 % of the client's core: the client sometimes fell behind for good, its calls
-    # waiting in its own event loop instead of the server's line (the simulator's ttft p95 50-58
-    # ms against 155, the plugin's 77-109, 43-48 of 48 calls flagged client_saturated; 3 runs in
-    # 6, quiet and alone; session 26). At 6 ms, 46 calls a second: 298-300 ms against 302 in 6
-    # runs of 6, and 293-296 in 2 of 3 beside two busy loops (the third flagged 46 of 48).
-    provider = replace(FOUR_SLOTS, decode_ms_per_token=6.0)
+    # FOUR_SLOTS at 6 ms a token (remote_sim says why): 298-300 ms against 302 in 6 runs of 6,
+    # and 293-296 in 2 of 3 beside two busy loops (the third flagged 46 of 48; session 26).
+    provider = FOUR_SLOTS
     monkeypatch.setenv("OPENAI_API_KEY", "sim-key")
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(

@@ -344,14 +344,14 @@ def _think_ms(truths: list[TruthRecord], ids: list[list[str]]) -> float:
 
 def test_measured_ttft_at_concurrency_1_4_16_is_what_the_model_predicts() -> None:
     """The plugin's ttft (its capture of the real async openai client) against the simulator in
-    its own process, at C = 1, 4 and 16 closed-loop clients and 4 slots: 14 ms, then 23 ms (the
-    first event's decode slowed by 0.25 × 3 other streams), then 155 ms (12 waiting for three
+    its own process, at C = 1, 4 and 16 closed-loop clients and 4 slots: 26 ms, then 44 ms (the
+    first event's decode slowed by 0.25 × 3 other streams), then 302 ms (12 waiting for three
     services). The server's planned ttft p50 is the prediction within 5 % + 1 ms above it, and
     may fall short by 15 % + 1 ms (a busy machine's clients keep a shorter line). Each call's
     ttft is held to the server's own log of that call: its first content's send, from the
     client's hand-off (one clock: CLOCK_MONOTONIC), so neither the server's lateness nor the
     request's way in counts against the capture, only the delivery. Without the slowdown C = 4
-    would measure 14 ms, without the wait in ttft C = 16 would measure 23: each far outside."""
+    would measure 26 ms, without the wait in ttft C = 16 would measure 44: each far outside."""
     with remote_simulator(*flags_of(FOUR_SLOTS)) as base_url:
         for clients in (1, 4, 16):
             httpx2.delete(f"{base_url}/_sim/truth").raise_for_status()
