@@ -62,6 +62,8 @@ pytestmark = [
 
 
 CALLS = 6  # per scenario, the first a warmup
+# The flags that say the machine, not the framework, held a call's stamps back.
+MACHINE_FLAGS = frozenset({"cpu_starved", "client_saturated", "gc_paused"})
 # tests/test_accuracy.py's bounds: they hold on a busy 2-core machine and still catch a
 # consumer-paced stamp or a parse bias (tens of ms); benchmarks/ measures the strict targets.
 P50_BOUND_MS = 2.0
@@ -101,6 +103,15 @@ class Run:
     # The least |ttft error| the simulator's span around its first content write allows, ms,
     # of each call the product did not flag (its promise: within the target, or flagged).
     unflagged_ttft_least: list[float] = field(default_factory=list)
+    # Per call past the warmup: whether the product said the machine held its stamps back
+    # (`MACHINE_FLAGS`).
+    machine_held: list[bool] = field(default_factory=list)
+
+    def kept(self, errors: list[float]) -> list[float]:
+        """`errors` of the calls the machine did not hold back, where three or more are left:
+        else none (a case the machine starved is judged by its flags and the pooled test)."""
+        left = [e for e, held in zip(errors, self.machine_held, strict=True) if not held]
+        return left if len(left) >= 3 else []
 
 
 def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRecord]) -> Run:
@@ -114,6 +125,7 @@ def _measure(scenario: Scenario, records: list[WireRecord], truths: list[TruthRe
         error = error_of(record, measured, truth)
         run.ttft_errors.append(error.ttft)
         run.tpot_errors.append(error.tpot)
+        run.machine_held.append(bool(MACHINE_FLAGS.intersection(measured.flagged)))
         if not measured.flagged:
             stamp = content_times(record, measured)[0]
             run.unflagged_ttft_least.append(ttft_least_ms(stamp, truth))
@@ -145,15 +157,23 @@ def test_a_framework_is_measured_as_the_simulator_sent(
         raise run
     assert len(run.records) == CALLS, [r.url for r in run.records]  # each call recorded once
     # Per case, a bound that a consumer-paced stamp or a parse bias (tens of ms) breaks and a
-    # busy machine's wake-up delays (1-3 ms a read at load 3 on 2 cores) do not.
-    assert statistics.median(run.ttft_errors) <= CASE_P50_BOUND_MS, run.ttft_errors
+    # busy machine's wake-up delays (1-3 ms a read at load 3 on 2 cores) do not. Over the calls
+    # the product did not say the machine held back: beside a CI run's two busy loops all five
+    # of litellm's anthropic async calls were flagged, three 13 ms off (session 27). A parse
+    # bias shows in the quiet runs and in the pooled test, which counts every call.
+    ttft = run.kept(run.ttft_errors)
+    assert statistics.median(ttft or [0.0]) <= CASE_P50_BOUND_MS, (
+        run.ttft_errors,
+        run.machine_held,
+    )
     # The worst call alone, against the simulator's span around its write and only where the
     # product did not flag it: a simulator preempted between its write and its note of it (48 ms
     # once beside two hogs, tests/test_capture_aiohttp.py) is not the stamp's error, and a call
     # the machine starved is flagged `cpu_starved`.
     worst = max(run.unflagged_ttft_least, default=0.0)
     assert worst <= MAX_BOUND_MS, (run.unflagged_ttft_least, run.ttft_errors)
-    assert statistics.median(run.tpot_errors) <= P50_BOUND_MS, run.tpot_errors
+    tpot = run.kept(run.tpot_errors)
+    assert statistics.median(tpot or [0.0]) <= P50_BOUND_MS, (run.tpot_errors, run.machine_held)
 
 
 def test_the_frameworks_pooled_errors_meet_the_accuracy_bound(
