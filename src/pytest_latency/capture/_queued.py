@@ -128,7 +128,7 @@ def _chunks(queued: bytearray, size: int) -> tuple[list[tuple[int, int]] | None,
         line = queued.find(b"\r\n", at, size)
         found = size_line(queued, at, line + 2) if line >= 0 else None
         if found is None:  # a size line cut short by the queue's end, or broken framing
-            return _odd_size_line(queued, at, size, spans)
+            return _odd_size_line(queued, at, size, line, spans)
         length = int(found[1], 16)
         if length == 0:  # the last chunk: trailers may follow, and nothing of the body
             return spans, True
@@ -146,12 +146,12 @@ def _chunks(queued: bytearray, size: int) -> tuple[list[tuple[int, int]] | None,
 
 
 def _odd_size_line(
-    queued: bytearray, at: int, size: int, spans: list[tuple[int, int]]
+    queued: bytearray, at: int, size: int, line: int, spans: list[tuple[int, int]]
 ) -> tuple[list[tuple[int, int]] | None, bool]:
-    """`_chunks` where its size line at `at` is not whole and well formed: the queue's end cut
-    it short (after hex digits, and an extension's start: the walk ends there) or it is broken
-    (None)."""
-    if queued.find(b"\r\n", at, size) >= 0:
+    """`_chunks` where its size line at `at` (ending at `line`, the first CRLF, or -1) is not
+    whole and well formed: the queue's end cut it short (after hex digits, and an extension's
+    start: the walk ends there) or it is broken (None)."""
+    if line >= 0:
         return None, False
     head = bytes(queued[at:size])
     if not _hex(head.split(b";", 1)[0]):
