@@ -460,12 +460,15 @@ def test_a_connection_kept_alive_is_read_in_each_responses_own_framing() -> None
     asyncio.run(main())
 
 
-def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_reading_it() -> None:
-    """`watch_socket` turns on the kernel's receive time stamps; a long pass's peek reads the
-    time stamp of the data queued, without taking it, and notes it on the attempt in flight on
-    that socket: on neither of two (HTTP/2, whose data it is the kernel cannot say), not on
-    one that has ended, not on one past its keep limit; and takes it back where the pass did
-    not read the socket after all (its reader cancelled)."""
+def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_reading_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`watch_socket` turns on the kernel's receive time stamps; a long pass's peek (or any
+    pass's, among an attempt's first) reads the time stamp of the data queued, without taking
+    it, and notes it on the attempt in flight on that socket: on neither of two (HTTP/2, whose
+    data it is the kernel cannot say), not on one that has ended, not on one past its keep
+    limit; and takes it back where the pass did not read the socket after all (its reader
+    cancelled)."""
 
     async def main() -> None:
         server = socket.create_server(("127.0.0.1", 0))
@@ -502,6 +505,17 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             sent = time.perf_counter_ns()
             peer.send(b"data: x\n\n")
             await asyncio.sleep(0.02)
+            # An attempt's first passes are asked about however short they were (its ttft's
+            # stamps), even after a select that waited: until the kernel has told of
+            # `FIRST_PEEKS` of them.
+            peek(7, long=False, polled=False)
+            assert list(first.arrival_passes) == [7]
+            noted.clear()
+            monkeypatch.setattr(_stream, "FIRST_PEEKS", 1)
+            peek(8, long=False, polled=False)
+            assert list(first.arrival_passes) == [7]
+            _forget_arrivals(first)
+            monkeypatch.setattr(_stream, "FIRST_PEEKS", 0)  # past them, from here on
             # After a short pass, only a socket peeked every pass (an anyio transport's).
             peek(7, long=False)
             assert not first.arrival_passes
@@ -599,8 +613,10 @@ def test_a_socket_peeked_every_pass_is_peeked_only_when_registered_since_the_las
     may have waited unseen), and not where it was watched through that select: the loop's
     `register` and `modify` are timed by pass (`_time_passes`), and undone with the select.
     Long passes, which peek whatever they return, are kept out of it (a preempted pass on a
-    busy machine would be one)."""
+    busy machine would be one), and so are an attempt's first passes, which peek whatever they
+    return."""
     monkeypatch.setattr(_stream, "PEEK_AFTER_NS", 10**12)
+    monkeypatch.setattr(_stream, "FIRST_PEEKS", 0)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -735,8 +751,14 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
     late it really was."""
     # A busy machine can make the simulator miss the holds (its token then comes to an idle
     # loop, in a short pass the kernel is not asked about): too few passes are left to check
-    # (2 of 20 once in CI). Each stream's arrivals are checked; only a stream with too few is
-    # run again, at most twice.
+    # (2 of 20 once in CI). And it can hold back what nothing in the process sees: between the
+    # simulator's write and the select's return, not the loop's thread waiting for a CPU (a
+    # hypervisor's steal, a loopback delivery left to ksoftirqd). A short pass's bound, the
+    # select's return, is then short of the error against the write: 2.1 ms against 0.56 in a
+    # quiet CI run (the first content's, which the kernel's stamp now times, `FIRST_PEEKS`),
+    # 1.15 ms against 0.61 after the holds, -n 2 beside test_accuracy (session 28). A bound the
+    # code got wrong would be wrong in every stream: a stream with too few arrivals to check,
+    # or whose bound is short of the error, is run again, at most twice.
     for _ in range(3):
         record, truth = _held_stream(library)
         m = call_metrics(record)
@@ -767,7 +789,9 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
                 began, done = event.sent_span_ns
                 assert began - 200_000 <= arrived <= done + 200_000, p
                 checked += 1
-        if checked >= 5:
+        least, most = _error_span_ms(record, truth)
+        bound = m.stamp_error_max_ms
+        if checked >= 5 and bound is not None and bound >= least - 0.2:
             break
     assert checked >= 5, checked
     assert m.stamp_error_max_ms is not None
@@ -779,12 +803,11 @@ def test_data_that_arrived_just_before_a_long_pass_ended_is_not_flagged(library:
     # Tight against the most the notes allow: the error against the note after each write
     # alone understates it where the simulator was preempted between the write and the note
     # (beside two CPU hogs: bound 9.7 ms, that error 7.9, session 18).
-    least, most = _error_span_ms(record, truth)
     assert m.stamp_error_max_ms >= least - 0.2, (m.stamp_error_max_ms, least, errors)
     peeked = [read_in.get(p, []) for p in record.arrival_passes]
     if all(len(reads) == 1 for reads in peeked if set(reads) & set(sent)):
-        bound = (m.stamp_error_max_ms, most, errors)
-        assert m.stamp_error_max_ms <= max(max(errors), most) + 1.5, bound
+        tight = (m.stamp_error_max_ms, most, errors)
+        assert m.stamp_error_max_ms <= max(max(errors), most) + 1.5, tight
         if max(errors) < STAMP_TARGET_MS - 1.5:
             assert "client_saturated" not in m.flagged, (m.flagged, m.notes)
 
@@ -1259,21 +1282,27 @@ def paced(llm_sim):
     # flags the call by itself (over 20 ms of its own before the first content event). At 20 ms
     # that was borderline once the wait for a CPU on waking was no longer counted as the
     # consumer's: beside two CPU hogs one run in three did not flag it.
+    # The first content comes 26 ms after the role chunk (a tail before it, every call): where
+    # the two came 6 ms apart a busy machine once held the client back until both were queued
+    # (-n 2 beside test_accuracy and test_frameworks, session 28), the slow call's ttft was
+    # then its server's, and the budget held.
     llm_sim.set_model(llm_sim.model.replace(
-        ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=6.0, jitter=0.0))
+        ttfb_ms=1.0, prefill_us_per_token=0.0, decode_ms_per_token=6.0, jitter=0.0,
+        tail_prob=1.0, tail_ms=20.0))
 
 # The kernel's arrival times put a buffered event's time back no later than its data came
 # (HTTP/1 in the clear): the slow call's e2e is the server's. Not its ttft: the first content
 # waits in the socket with the events after it while the consumer sleeps on the role chunk, and
-# all the kernel says is when the newest of them came, ~60 ms after the request.
-@pytest.mark.latency("ttft.max < 40ms")
+# all the kernel says is when the newest of them came, ~100 ms after the request. The prompt
+# calls' ttft is ~27 ms.
+@pytest.mark.latency("ttft.max < 50ms")
 def test_budgeted(openai_client, latency, paced):
     with latency.sample(warmup=True):  # the client's first-use work is not the point here
         ask(openai_client, 0)
     with latency.sample():
         for _ in range(3):
             ask(openai_client, 0)
-        ask(openai_client, 0.060)  # slower than decode: consumer-bound, ttft ~60 ms
+        ask(openai_client, 0.100)  # slower than decode: consumer-bound, ttft ~100 ms
     assert len(latency.calls) == 4 and latency.calls[-1].final.consumer_bound
     with open("flags.json", "w") as f:
         json.dump([c.final.flagged for c in latency.calls], f)
