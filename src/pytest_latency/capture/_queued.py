@@ -149,12 +149,17 @@ def _odd_size_line(
     queued: bytearray, at: int, size: int, line: int, spans: list[tuple[int, int]]
 ) -> tuple[list[tuple[int, int]] | None, bool]:
     """`_chunks` where its size line at `at` (ending at `line`, the first CRLF, or -1) is not
-    whole and well formed: the queue's end cut it short (after hex digits, and an extension's
-    start: the walk ends there) or it is broken (None)."""
+    whole and well formed: the queue's end cut it short (after hex digits, and what a whole
+    line may carry after them: whitespace, an extension, its CR; the walk ends there) or it is
+    broken (None)."""
     if line >= 0:
         return None, False
-    head = bytes(queued[at:size])
-    if not _hex(head.split(b";", 1)[0]):
+    digits = bytes(queued[at:size]).split(b";", 1)[0]
+    # Cut between its CR and LF, or after whitespace: read as the whole line would be (before
+    # session 28 "5\r" and "5 " were broken where "5;x\r" was not; review, session 27).
+    if digits.endswith(b"\r"):
+        digits = digits[:-1]
+    if not _hex(digits.rstrip(b" \t")):
         return None, False
     return spans, False
 
