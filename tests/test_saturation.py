@@ -506,8 +506,10 @@ def test_a_peek_notes_when_the_kernel_received_the_data_on_the_one_attempt_readi
             peer.send(b"data: x\n\n")
             await asyncio.sleep(0.02)
             # An attempt's first passes are asked about however short they were (its ttft's
-            # stamps), even after a select that waited: until the kernel has told of
-            # `FIRST_PEEKS` of them.
+            # stamps), where the select waited (an idle loop; a busy one's polls are not): until
+            # the kernel has told of `FIRST_PEEKS` of them.
+            peek(7, long=False)
+            assert not first.arrival_passes
             peek(7, long=False, polled=False)
             assert list(first.arrival_passes) == [7]
             noted.clear()

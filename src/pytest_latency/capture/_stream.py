@@ -92,13 +92,15 @@ PASS_EVENT_NS = 2_000
 # whose select did not wait for a transport that stops reading between reads, whose data the
 # passes cannot see arrive: `watch_socket`).
 PEEK_AFTER_NS = 500_000
-# And every pass that returns a captured socket asks, however short, until the kernel has told
-# of this many of its attempt's passes: the head and the first events, the ttft's, whose
-# stamps the passes alone bound by the select's return. Nothing in the process shows what
-# came between the data's arrival and that return: a hypervisor's steal, or a loopback
-# delivery deferred to ksoftirqd (an idle loop's first content stamped 2.1 ms after the
-# simulator's write, bound at 0.56 ms by its pass, no CPU wait noted: a quiet CI run, session
-# 27). The kernel's stamp of the queue is from before either. A few peeks a call.
+# And every pass whose select waited (an idle loop) asks of a captured socket it returned,
+# however short, until the kernel has told of this many of its attempt's passes: the first
+# events, the ttft's, whose stamps such a pass bounds by its select's return. Nothing in the
+# process shows what came between the data's arrival and that return: a hypervisor's steal, or
+# a loopback delivery deferred to ksoftirqd (an idle loop's first content stamped 2.1 ms after
+# the simulator's write, bound at 0.56 ms by its pass, no CPU wait noted: a quiet CI run,
+# session 27). The kernel's stamp of the queue is from before either. A peek and its count
+# cost ~10 us here: not on a busy loop (its selects poll), where call starts crowd and a few
+# percent of CPU cost a third of the ceiling (docs/load.md).
 FIRST_PEEKS = 6
 # A sync consumer's ask peeks only at a queue shorter than this (one buffer a body): the events
 # a consumer away for a moment finds queued, which the kernel's stamp times. A longer queue is a
@@ -928,7 +930,7 @@ def _peek(
         # TLS layer, and its socket stays registered: data read from it and held there is not
         # the kernel's to tell of.)
         unseen = polled and peer.every_pass and (fresh or key.fd in returned_before)
-        if not (long or unseen or _early(peer)):
+        if not (long or unseen or (not polled and _early(peer))):
             continue
         if not wall:  # the kernel's stamps are wall-clock
             clocks = _clock_pair()
