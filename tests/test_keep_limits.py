@@ -217,7 +217,11 @@ def test_a_capped_call_is_counted_shown_and_selectable_by_the_flagged_policy(
 
     fail = pytester.runpytest("--latency-sim=instant", "--latency-flagged=fail")
     fail.assert_outcomes(passed=1, failed=1)
-    fail.stdout.fnmatch_lines(["*2 of 2 calls flagged: 2 capped (past a per-call keep limit*"])
+    # Capped both; either may be consumer_bound as well: the instant simulator streams faster
+    # than the SDK parses, and on a slow moment its chunks queue past the flag's line (a quiet
+    # CI run: "3 chunks found already buffered", and test_whole's call 13; session 28). The
+    # count of capped calls is what is asked here.
+    fail.stdout.fnmatch_lines(["*2 of 2 calls flagged: *2 capped (past a per-call keep limit*"])
 
     excluded = pytester.runpytest(*outputs, "--latency-flagged=exclude")
     judged = json.loads((pytester.path / "r.json").read_text())["tests"]
