@@ -190,6 +190,8 @@ def test_the_first_call_of_a_process_is_as_accurate_as_the_next(pytester: pytest
     pytester.makepyfile(test_inner=INNER)
     error: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
+    late: list[str] = []
+    costly: list[str] = []
     for _ in range(RUNS):
         # A fresh interpreter each time: nothing this suite's process imported or built is warm
         # there. Without anyio's pytest plugin, which would import its asyncio backend at start.
@@ -209,7 +211,12 @@ def test_the_first_call_of_a_process_is_as_accurate_as_the_next(pytester: pytest
                 data = json.loads(Path(pytester.path, f"first-{kind}-{path}.json").read_text())
                 error.setdefault(f"{kind} {path}", []).append(_excess(data["error_ms"]))
                 cpu.setdefault(f"{kind} {path}", []).append(_excess(data["cpu_ms"]))
-    # A first-use cost shows in every run; a call held back by a busy machine, rarely twice.
-    late = [path for path, runs in error.items() if min(runs) > FIRST_CALL_ERROR_MS]
-    costly = [path for path, runs in cpu.items() if min(runs) > FIRST_CALL_CPU_MS]
+        # A first-use cost shows in every run; a call held back by a busy machine, rarely twice.
+        # The better of the runs so far decides, so once every path has had a run within both
+        # bounds more runs cannot change the verdict: stop there (~9 s a run here).
+        late = [path for path, runs in error.items() if min(runs) > FIRST_CALL_ERROR_MS]
+        costly = [path for path, runs in cpu.items() if min(runs) > FIRST_CALL_CPU_MS]
+        if not late and not costly:
+            break
+    assert len(error) == len(cpu) == 2 * len(PATHS)
     assert not late and not costly, (late, costly, error, cpu)
