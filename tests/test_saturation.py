@@ -765,9 +765,10 @@ import os, signal, socket, sys, time
 peer = socket.socket(fileno=int(sys.argv[1]))
 parent = int(sys.argv[2])
 time.sleep(0.005)  # the loop waits in its select by now
+os.kill(parent, signal.SIGSTOP)  # kept from running, as a hypervisor's steal would
+time.sleep(0.002)
 sent = time.perf_counter_ns()  # CLOCK_MONOTONIC: the parent's clock too
-peer.send(b"data: x\\n\\n")
-os.kill(parent, signal.SIGSTOP)  # and is kept from running, as a hypervisor's steal would
+peer.send(b"data: x\\n\\n")  # comes while the loop cannot take it
 time.sleep(0.03)
 os.kill(parent, signal.SIGCONT)
 print(sent)
@@ -784,9 +785,9 @@ def test_a_wait_that_ended_past_its_timeout_unexplained_bounds_its_data_from_its
     the loop's doing (`woken`). Bounded from its return instead, 36 of 150 aiohttp streams had
     events 5-9.7 ms late under bounds of 2-3 ms, unflagged, on a virtual machine whose
     hypervisor stole 960 ms of CPU in a 1.5 s round (bench_ceiling, session 29). Here the
-    process is stopped for 30 ms just after its data came; a stop, unlike a steal, is a sleep
-    of the thread's own, which the sleep count would see (the wait bounded as a poll), so the
-    count is left out, as on a platform that has none."""
+    process is stopped, its data comes, and 30 ms later it goes on; a stop, unlike a steal, is
+    a sleep of the thread's own, which the sleep count would see (the wait bounded as a poll),
+    so the count is left out, as on a platform that has none."""
     monkeypatch.setattr(_stream, "_sleeps", lambda: None)
 
     async def main() -> tuple[WireRecord, int, int]:
