@@ -1285,7 +1285,8 @@ def _time_passes(
         # left to ksoftirqd, on a busy or stolen CPU) puts data in the socket milliseconds after
         # it was sent. Bounded from the wake instead, 52 of 200 aiohttp streams had events
         # 5.2-9.5 ms late against their sending under bounds of 1.2-4.7 ms, unflagged, in a
-        # round with 540 ms of steal (bench_ceiling, session 29); from the poll, none had been.
+        # round with 540 ms of steal (bench_ceiling, session 29). From the poll, wider by the
+        # wait, no late call went unflagged in the runs before and after, which had less steal.
         last[0] = polled
         return ready
 
