@@ -715,10 +715,7 @@ def test_a_socket_registered_before_the_passes_were_timed_was_watched_through_th
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        server = socket.create_server(("127.0.0.1", 0))
-        client = socket.create_connection(server.getsockname())
-        peer, _ = server.accept()
-        client.setblocking(False)
+        server, [(client, peer)] = _loopback_pairs(1)
         got: list[bytes] = []
         # Registered first: the pool's connection, before this loop's monitor began.
         loop.add_reader(client.fileno(), lambda: got.append(client.recv(100)))
@@ -828,7 +825,7 @@ def test_a_wait_that_ended_past_its_timeout_unexplained_bounds_its_data_from_its
     assert log is not None
     assert read - sent > 25_000_000  # the stop held the read back
     # The pass that read the data bounds it from before it was sent: from its wait's start
-    # where the stop fell in the wait, or from its return where it fell after.
+    # where the stop fell in its select's wait, or from the poll before where it fell outside.
     p = bisect.bisect_right(log.readies_ns, read) - 1
     assert log.earliest_ns[p] <= sent, (log.earliest_ns[p] - sent) / 1e6
 

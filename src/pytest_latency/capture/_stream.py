@@ -1250,7 +1250,8 @@ def _time_passes(
             and now - woken - margin - polled > math.ceil(timeout * 1e3) * 1_000_000 + OVERSHOOT_NS
         )
         if lost:
-            first, woken, woke = polled, max(now - margin - polled, 0), False
+            # The whole wait, less its building (past its timeout, by the test above).
+            first, woken, woke = polled, now - margin - polled, False
         elif woke:
             first = now - margin - woken
         else:
